@@ -1,0 +1,3 @@
+from otelloop.cli import main
+
+main()

@@ -1,0 +1,639 @@
+"""Configuration: one YAML file, validated before any port opens (SPEC §1).
+
+Precedence: command-line flags > the YAML file > ``OTEL_EXPORTER_OTLP_TRACES_*`` > ``OTEL_EXPORTER_OTLP_*``
+> defaults. Every field is documented with its default. Errors name the full key path, e.g.
+``detectors.entropy.window: must be an integer >= 1, got "x"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from otelloop.detectors.base import DetectorConfig
+from otelloop.detectors.registry import registered
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid. ``errors`` lists one ``key.path: reason`` line per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> Any:
+    """``"30s"``, ``"10m"``, ``"1h"``, ``"250ms"`` or a number of seconds → seconds (float)."""
+    if isinstance(value, bool):
+        return value  # rejected by the float validation that follows
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return float(m.group(1)) * _UNIT_S[m.group(2)]
+    return value
+
+
+#: A duration in seconds; YAML accepts ``30s``, ``10m``, ``1h``, ``500ms`` or a number of seconds.
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, json_schema_extra={"duration": True})]
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """``"host:port"`` → (host, port); raises ValueError with a readable reason."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be host:port with a port 0-65535, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EndpointConfig(_Section):
+    """One listener.
+
+    Attributes:
+        endpoint: ``host:port`` to listen on; port 0 picks a free port.
+        max_request_mib: request size limit after decompression, in MiB. Default: 64.
+    """
+
+    endpoint: str
+    max_request_mib: float = Field(64, gt=0)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _check_endpoint(cls, v: str) -> str:
+        split_host_port(v)
+        return v
+
+
+class GrpcEndpointConfig(EndpointConfig):
+    """The OTLP/gRPC listener. Default endpoint: ``0.0.0.0:4317``."""
+
+    endpoint: str = "0.0.0.0:4317"
+
+
+class HttpEndpointConfig(EndpointConfig):
+    """The OTLP/HTTP listener. Default endpoint: ``0.0.0.0:4318``."""
+
+    endpoint: str = "0.0.0.0:4318"
+
+
+class AuthConfig(_Section):
+    """Bearer-token authentication of the OTLP receivers.
+
+    Attributes:
+        bearer_tokens: accepted tokens; empty means no authentication. Default: [].
+        bearer_tokens_file: a file with one accepted token per line (read at start and on reload).
+            Default: null.
+    """
+
+    bearer_tokens: list[str] = []
+    bearer_tokens_file: str | None = None
+
+
+class TLSConfig(_Section):
+    """TLS for a listener.
+
+    Attributes:
+        cert_file: PEM certificate; set with ``key_file`` to serve TLS. Default: null.
+        key_file: PEM private key. Default: null.
+        client_ca_file: PEM CA bundle; set to require client certificates (mTLS). Default: null.
+    """
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file and self.key_file)
+
+
+class ReceiverConfig(_Section):
+    """OTLP receivers.
+
+    Attributes:
+        grpc: OTLP/gRPC listener. Default: ``0.0.0.0:4317``, 64 MiB.
+        http: OTLP/HTTP listener. Default: ``0.0.0.0:4318``, 64 MiB.
+        auth: bearer-token authentication. Default: none.
+        tls: TLS (and mTLS) on both listeners. Default: off.
+    """
+
+    grpc: GrpcEndpointConfig = GrpcEndpointConfig()
+    http: HttpEndpointConfig = HttpEndpointConfig()
+    auth: AuthConfig = AuthConfig()
+    tls: TLSConfig = TLSConfig()
+
+
+class ExporterTLSConfig(_Section):
+    """TLS towards the upstream.
+
+    Attributes:
+        insecure: plaintext even for a ``grpcs://``/``https://``-less endpoint. Default: derived from the URL.
+        ca_file: PEM CA bundle to verify the upstream (private CAs). Default: system roots.
+        cert_file: client certificate for mTLS to the upstream. Default: null.
+        key_file: client key for mTLS to the upstream. Default: null.
+    """
+
+    insecure: bool | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+class ExporterConfig(_Section):
+    """Where enriched spans go (SPEC §6). Without an endpoint otelloop only detects.
+
+    Attributes:
+        endpoint: ``grpc://host:port``, ``host:port`` (gRPC), ``grpcs://host:port`` (gRPC with TLS) or
+            ``http(s)://host:port[/path]`` (OTLP/HTTP protobuf; ``/v1/traces`` unless a path is given).
+            Default: null (detect only).
+        protocol: ``grpc`` or ``http/protobuf``; inferred from the endpoint's scheme when it has one.
+            Default: grpc.
+        headers: extra request headers (gRPC metadata), e.g. an API key. Never logged. Default: {}.
+        compression: ``gzip`` or ``none``. Default: gzip.
+        timeout: deadline of one export attempt. Default: 10s.
+        queue_spans: capacity of the export queue in spans; when full, clients are asked to retry.
+            Default: 100000.
+        persistent_dir: directory of a SQLite-backed queue that survives restarts. Default: null.
+        max_batch_mib: queued requests are coalesced into one upstream request up to this size. Default: 4.
+        retry_initial_interval: first backoff. Default: 1s.
+        retry_max_interval: backoff cap. Default: 30s.
+        shutdown_grace: how long SIGTERM waits for the queue to drain. Default: 30s.
+        tls: TLS settings towards the upstream.
+    """
+
+    endpoint: str | None = None
+    protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    headers: dict[str, str] = {}
+    compression: Literal["gzip", "none"] = "gzip"
+    timeout: Duration = 10.0
+    queue_spans: int = Field(100_000, ge=1)
+    persistent_dir: str | None = None
+    max_batch_mib: float = Field(4, gt=0)
+    retry_initial_interval: Duration = 1.0
+    retry_max_interval: Duration = 30.0
+    shutdown_grace: Duration = 30.0
+    tls: ExporterTLSConfig = ExporterTLSConfig()
+
+
+class AdminConfig(_Section):
+    """Admin HTTP listener: ``/metrics``, ``/healthz``, ``/readyz``, ``/v1/sessions``.
+
+    Attributes:
+        endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
+        token: bearer token required by the write endpoints (pause/resume). Default: null (open).
+        token_file: file holding that token (takes precedence over ``token``). Default: null.
+        read_localhost_only: serve the sessions read API only to loopback clients. Default: false.
+    """
+
+    endpoint: str = "0.0.0.0:9464"
+    token: str | None = None
+    token_file: str | None = None
+    read_localhost_only: bool = False
+
+    @field_validator("endpoint")
+    @classmethod
+    def _check_endpoint(cls, v: str) -> str:
+        split_host_port(v)
+        return v
+
+
+class StateConfig(_Section):
+    """Per-session detector state (SPEC §8).
+
+    Attributes:
+        group_by: ``trace`` (a session is a trace) or ``session`` (the session attribute). Default: trace.
+        max_sessions: live sessions kept; the least recently seen is evicted beyond it. Default: 100000.
+        idle_timeout: a session unseen for this long is dropped. Default: 30m.
+    """
+
+    group_by: Literal["trace", "session"] = "trace"
+    max_sessions: int = Field(100_000, ge=1)
+    idle_timeout: Duration = 1800.0
+
+
+class ModelPrice(_Section):
+    """USD per million tokens of one model.
+
+    Attributes:
+        input_per_mtok: price of a million input tokens. Default: 0.
+        output_per_mtok: price of a million output tokens. Default: 0.
+    """
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+
+
+class MappingRule(_Section):
+    """An extra mapping rule: spans matching ``match`` get the given step fields.
+
+    Attributes:
+        match: attribute key → required string value (``"*"`` means "present"); all must hold.
+        span_name: a regular expression the span name must match (optional).
+        kind: the step kind to assign (``tool``, ``llm``, ``system`` or ``ignore``).
+        name_attribute: attribute holding the step name (optional).
+        session_attribute: attribute holding the session id (optional, ``group_by: session``).
+        args_attribute: attribute holding the arguments (optional).
+        output_attribute: attribute holding the output (optional).
+    """
+
+    match: dict[str, str] = {}
+    span_name: str | None = None
+    kind: Literal["tool", "llm", "system", "ignore"]
+    name_attribute: str | None = None
+    session_attribute: str | None = None
+    args_attribute: str | None = None
+    output_attribute: str | None = None
+
+    @field_validator("span_name")
+    @classmethod
+    def _check_regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"must be a valid regular expression ({e})") from None
+        return v
+
+
+class ToolClassesConfig(_Section):
+    """Which tools read, write or execute (used for file / command steps).
+
+    Patterns are shell-style globs matched case-insensitively against the tool name; the defaults cover
+    OpenHands, Claude Code, SWE-agent, LangChain file tools and the usual ``read_file``/``run_command``.
+
+    Attributes:
+        read: read-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_READ``.
+        write: write/edit-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_WRITE``.
+        exec: command-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_EXEC``.
+    """
+
+    read: list[str] | None = None
+    write: list[str] | None = None
+    exec: list[str] | None = None
+
+
+class MappingConfig(_Section):
+    """Span → step mapping extras (SPEC §3).
+
+    Attributes:
+        rules: extra rules tried before the built-in conventions. Default: [].
+        tools: tool classification patterns.
+        max_text_bytes: longest attribute value read for hashing; longer values are hashed by prefix
+            and length so huge payloads are not copied around. Default: 65536.
+    """
+
+    rules: list[MappingRule] = []
+    tools: ToolClassesConfig = ToolClassesConfig()
+    max_text_bytes: int = Field(65536, ge=64)
+
+
+class EnrichConfig(_Section):
+    """How findings appear on forwarded spans.
+
+    Attributes:
+        langfuse_attributes: also set ``langfuse.observation.level=WARNING`` and
+            ``langfuse.observation.status_message`` on spans with findings. Default: false.
+    """
+
+    langfuse_attributes: bool = False
+
+
+class LimitsConfig(_Section):
+    """Process protection.
+
+    Attributes:
+        memory_mib: refuse new requests (retryably) above this resident size; 0 disables.
+            Default: 80% of the container's cgroup memory limit when there is one, else 0.
+    """
+
+    memory_mib: float | None = Field(None, ge=0)
+
+
+class Config(_Section):
+    """The whole configuration. Each section is documented on its own class."""
+
+    receiver: ReceiverConfig = ReceiverConfig()
+    exporter: ExporterConfig = ExporterConfig()
+    admin: AdminConfig = AdminConfig()
+    state: StateConfig = StateConfig()
+    pricing: dict[str, ModelPrice] = {}
+    mapping: MappingConfig = MappingConfig()
+    enrich: EnrichConfig = EnrichConfig()
+    limits: LimitsConfig = LimitsConfig()
+    #: detector name → its validated configuration (filled for every registered detector).
+    detectors: dict[str, Any] = {}
+
+    def detector(self, name: str) -> DetectorConfig:
+        return self.detectors[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading and error formatting
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _field_schema(model: type[BaseModel], loc: tuple[Any, ...]) -> dict[str, Any] | None:
+    """The JSON schema of the field at ``loc`` inside ``model``, if it can be found."""
+    schema = model.model_json_schema()
+    defs = schema.get("$defs", {})
+    node: dict[str, Any] = schema
+    for part in loc:
+        while "$ref" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[-1]]
+        if "allOf" in node and len(node["allOf"]) == 1:
+            node = node["allOf"][0]
+            while "$ref" in node:
+                node = defs[node["$ref"].rsplit("/", 1)[-1]]
+        if isinstance(part, int):
+            node = node.get("items", {})
+        elif part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return None
+    while "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
+def _describe(schema: dict[str, Any]) -> str | None:
+    """``{"type": "integer", "minimum": 1}`` → ``"an integer >= 1"``."""
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        if len(options) == 1:
+            described = _describe(options[0])
+            return f"{described} or null" if described else None
+        return None
+    if "enum" in schema:
+        return "one of " + ", ".join(_json(v) for v in schema["enum"])
+    if "const" in schema:
+        return _json(schema["const"])
+    t = schema.get("type")
+    if schema.get("duration"):
+        text = "a duration like 30s, 10m or 1h"
+    else:
+        text = {"integer": "an integer", "number": "a number", "boolean": "true or false",
+                "string": "a string", "array": "a list", "object": "a mapping"}.get(t or "")
+    if text is None:
+        return None
+    bounds = []
+    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
+        if key in schema:
+            bound = schema[key]
+            bounds.append(f"{op} {bound:g}" if isinstance(bound, float) else f"{op} {bound}")
+    return " ".join([text, *bounds])
+
+
+def _format_errors(model: type[BaseModel], err: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        path = ".".join(str(p) for p in prefix + loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown key")
+            continue
+        if e["type"] in ("value_error", "assertion_error"):
+            reason = str(e.get("ctx", {}).get("error", e["msg"]))
+            lines.append(f"{path}: {reason}, got {_json(e.get('input'))}")
+            continue
+        schema = _field_schema(model, loc)
+        described = _describe(schema) if schema else None
+        reason = f"must be {described}" if described else e["msg"].lower()
+        lines.append(f"{path}: {reason}, got {_json(e.get('input'))}")
+    return lines
+
+
+def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], list[str]]:
+    classes = registered()
+    errors: list[str] = []
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return {}, [f"detectors: must be a mapping, got {_json(raw)}"]
+    for name in raw:
+        if name not in classes:
+            errors.append(f"detectors.{name}: unknown detector (known: {', '.join(classes)})")
+    out: dict[str, DetectorConfig] = {}
+    for name, cls in classes.items():
+        section = raw.get(name) or {}
+        if not isinstance(section, Mapping):
+            errors.append(f"detectors.{name}: must be a mapping, got {_json(section)}")
+            continue
+        try:
+            out[name] = cls.Config.model_validate(dict(section))
+        except ValidationError as e:
+            errors.extend(_format_errors(cls.Config, e, ("detectors", name)))
+    return out, errors
+
+
+def build_config(raw: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> Config:
+    """Validate a configuration mapping (as read from YAML) and fold in the OTLP exporter env vars.
+
+    Raises:
+        ConfigError: with every problem found, each naming its key path.
+    """
+    raw = dict(raw or {})
+    if env is not None:
+        raw = apply_otlp_env(raw, env)
+    detectors_raw = raw.pop("detectors", None)
+    errors: list[str] = []
+    cfg: Config | None = None
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as e:
+        errors.extend(_format_errors(Config, e))
+    detectors, det_errors = _validate_detectors(detectors_raw)
+    errors.extend(det_errors)
+    if cfg is not None:
+        errors.extend(_cross_checks(cfg))
+    if errors or cfg is None:
+        raise ConfigError(errors)
+    return cfg.model_copy(update={"detectors": detectors})
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    errors = []
+    ex = cfg.exporter
+    if ex.endpoint is not None:
+        try:
+            parse_upstream(ex.endpoint, ex.protocol)
+        except ValueError as e:
+            errors.append(f"exporter.endpoint: {e}, got {_json(ex.endpoint)}")
+    if ex.retry_max_interval < ex.retry_initial_interval:
+        errors.append("exporter.retry_max_interval: must be >= exporter.retry_initial_interval")
+    tls = cfg.receiver.tls
+    if bool(tls.cert_file) != bool(tls.key_file):
+        errors.append("receiver.tls: cert_file and key_file must be set together")
+    if tls.client_ca_file and not tls.enabled:
+        errors.append("receiver.tls.client_ca_file: needs cert_file and key_file")
+    return errors
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML configuration file; an empty file is an empty configuration."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read ({e.strerror})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML ({e})"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping"])
+    return data
+
+
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                env: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (if any), apply ``overrides`` (dotted keys from flags) and env, and validate."""
+    raw = load_yaml(path) if path else {}
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            child = node.get(p)
+            if not isinstance(child, dict):
+                child = {}
+                node[p] = child
+            node = child
+        node[leaf] = value
+    return build_config(raw, os.environ if env is None else env)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Upstream endpoints and the OTEL_EXPORTER_OTLP_* variables
+
+
+def parse_upstream(url: str, protocol: str = "grpc") -> tuple[str, str, bool]:
+    """Endpoint → (protocol, target, tls).
+
+    ``grpc://h:p`` and ``h:p`` → gRPC plaintext, ``grpcs://h:p`` → gRPC with TLS, ``http(s)://h:p[/path]``
+    → OTLP/HTTP protobuf with ``/v1/traces`` unless a path is given. For gRPC the target is ``h:p``; for
+    HTTP it is the full URL.
+    """
+    url = url.strip()
+    if "://" not in url:
+        if protocol == "http/protobuf":
+            url = "http://" + url
+        else:
+            split_host_port(url)
+            return "grpc", url, False
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in ("grpc", "grpcs"):
+        hostport = rest.rstrip("/")
+        split_host_port(hostport)
+        return "grpc", hostport, scheme == "grpcs"
+    if scheme in ("http", "https"):
+        host, slash, path = rest.partition("/")
+        if not host:
+            raise ValueError("has no host")
+        path = "/" + path if slash and path else "/v1/traces"
+        return "http/protobuf", f"{scheme}://{host}{path}", scheme == "https"
+    raise ValueError(f"unsupported scheme {scheme!r} (use grpc, grpcs, http or https)")
+
+
+def _parse_headers(text: str) -> dict[str, str]:
+    from urllib.parse import unquote
+
+    out = {}
+    for part in text.split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[unquote(k.strip()).lower()] = unquote(v.strip())
+    return out
+
+
+def apply_otlp_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Fold the standard OTLP exporter variables into ``raw['exporter']`` where the file is silent.
+
+    The signal-specific ``OTEL_EXPORTER_OTLP_TRACES_*`` wins over ``OTEL_EXPORTER_OTLP_*``. A generic
+    HTTP endpoint gets ``/v1/traces`` appended; a signal-specific one is used as-is (OTel spec).
+    """
+
+    def get(name: str) -> tuple[str | None, bool]:
+        v = env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+        if v:
+            return v, True
+        v = env.get(f"OTEL_EXPORTER_OTLP_{name}")
+        return (v, False) if v else (None, False)
+
+    exporter = dict(raw.get("exporter") or {}) if isinstance(raw.get("exporter"), Mapping) else raw.get("exporter")
+    if not isinstance(exporter, dict):
+        return raw
+    protocol, _ = get("PROTOCOL")
+    if protocol and "protocol" not in exporter:
+        exporter["protocol"] = "grpc" if protocol == "grpc" else "http/protobuf"
+    endpoint, specific = get("ENDPOINT")
+    if endpoint and exporter.get("endpoint") is None:
+        proto = exporter.get("protocol", "grpc")
+        if proto == "http/protobuf" and endpoint.startswith(("http://", "https://")) and not specific:
+            endpoint = endpoint.rstrip("/") + "/v1/traces"
+        elif proto == "grpc" and endpoint.startswith("http://"):
+            endpoint = "grpc://" + endpoint[len("http://"):].rstrip("/")
+        elif proto == "grpc" and endpoint.startswith("https://"):
+            endpoint = "grpcs://" + endpoint[len("https://"):].rstrip("/")
+        exporter["endpoint"] = endpoint
+    headers, _ = get("HEADERS")
+    if headers and not exporter.get("headers"):
+        exporter["headers"] = _parse_headers(headers)
+    compression, _ = get("COMPRESSION")
+    if compression and "compression" not in exporter:
+        exporter["compression"] = compression
+    timeout, _ = get("TIMEOUT")
+    if timeout and "timeout" not in exporter:
+        try:
+            exporter["timeout"] = float(timeout) / 1000.0  # milliseconds per the OTel spec
+        except ValueError:
+            exporter["timeout"] = timeout
+    certificate, _ = get("CERTIFICATE")
+    if certificate:
+        tls = dict(exporter.get("tls") or {})
+        tls.setdefault("ca_file", certificate)
+        exporter["tls"] = tls
+    if exporter or "exporter" in raw:
+        raw = dict(raw, exporter=exporter)
+    return raw
+
+
+def effective_config(cfg: Config) -> dict[str, Any]:
+    """The configuration in force as plain data (secrets masked), for ``check-config``."""
+    data = cfg.model_dump(mode="json")
+    data["detectors"] = {k: v.model_dump(mode="json") for k, v in cfg.detectors.items()}
+    if data["exporter"]["headers"]:
+        data["exporter"]["headers"] = {k: "***" for k in data["exporter"]["headers"]}
+    if data["admin"]["token"]:
+        data["admin"]["token"] = "***"
+    data["receiver"]["auth"]["bearer_tokens"] = ["***" for _ in data["receiver"]["auth"]["bearer_tokens"]]
+    for k, v in list(data.items()):
+        if isinstance(v, float) and math.isinf(v):
+            data[k] = ".inf"
+    return data

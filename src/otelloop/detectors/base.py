@@ -1,0 +1,93 @@
+"""The detector contract: per-session state, one call per step, findings out.
+
+A detector is a class with a unique ``name`` (equal to its key under ``detectors:`` in the configuration
+and to its ``detector`` metric label), a pydantic ``Config`` model with documented defaults, and two
+methods: ``new_state()`` returns a small per-session state object and ``observe(state, step, ctx)``
+looks at one step and reports through ``ctx``. Detectors do no I/O and keep no global state; the
+engine owns the states, their lifetime and eviction, and isolates a failing detector from the others.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from otelloop.model import AttrValue, Finding, Step, Verdict
+
+
+class DetectorConfig(BaseModel):
+    """Base of every detector's configuration section.
+
+    Attributes:
+        enabled: run this detector. Default: true.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+
+
+class StepContext:
+    """What a detector may say about the step it is observing.
+
+    One context is created per step and shared by all detectors, in registration order.
+    """
+
+    __slots__ = ("session_id", "agent_id", "findings", "attributes", "overwrites", "votes")
+
+    def __init__(self, session_id: str, agent_id: str) -> None:
+        self.session_id = session_id
+        self.agent_id = agent_id
+        self.findings: list[Finding] = []
+        #: Attributes added to the step's span (scores, cycle ids, …).
+        self.attributes: dict[str, AttrValue] = {}
+        #: Attributes that replace a value the span already carries (only applied when present).
+        self.overwrites: dict[str, AttrValue] = {}
+        #: detector name -> (verdict, reason, message); absent means "my vote is unchanged".
+        self.votes: dict[str, tuple[Verdict, str, str]] = {}
+
+    def report(self, finding: Finding) -> None:
+        """Attach a finding (a span event) to this step's span."""
+        self.findings.append(finding)
+
+    def set_attribute(self, key: str, value: AttrValue) -> None:
+        """Give this step's span an attribute (for attribute-only UIs)."""
+        self.attributes[key] = value
+
+    def overwrite_attribute(self, key: str, value: AttrValue) -> None:
+        """Replace ``key`` on the span with ``value`` if the span carries it; the old value is dropped."""
+        self.overwrites[key] = value
+
+    def vote(self, detector: str, verdict: Verdict, reason: str = "", message: str = "") -> None:
+        """Set this detector's current contribution to the session verdict (SPEC §5).
+
+        ``continue`` withdraws an earlier vote. A detector that does not vote on a step keeps its vote.
+        """
+        self.votes[detector] = (verdict, reason, message)
+
+
+class Detector(ABC):
+    """Base class of all detectors. Subclasses set ``name`` and ``Config`` and implement two methods."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+
+    def __init__(self, config: DetectorConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def new_state(self) -> Any:
+        """Return the empty per-session state. It must stay bounded whatever the session's length."""
+
+    @abstractmethod
+    def observe(self, state: Any, step: Step, ctx: StepContext) -> None:
+        """Look at one step of a session, update ``state``, and report through ``ctx``.
+
+        Called synchronously on the hot path, once per step, in arrival order; must not block.
+        """
+
+    def summary(self, state: Any) -> dict[str, Any]:
+        """Evidence for the sessions API (``GET /v1/sessions/{id}``). Default: nothing."""
+        return {}

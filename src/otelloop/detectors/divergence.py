@@ -1,0 +1,1 @@
+"""The divergence detector (being written)."""

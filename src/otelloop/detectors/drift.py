@@ -1,0 +1,1 @@
+"""The drift detector (being written)."""

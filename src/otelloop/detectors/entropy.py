@@ -1,0 +1,1 @@
+"""The entropy detector (being written)."""

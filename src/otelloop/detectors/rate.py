@@ -1,0 +1,1 @@
+"""The rate detector (being written)."""

@@ -1,0 +1,1 @@
+"""The stall detector (being written)."""

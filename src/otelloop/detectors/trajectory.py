@@ -1,0 +1,1 @@
+"""The trajectory detector (being written)."""

@@ -1,0 +1,94 @@
+"""Value types shared by the pipeline stages: an agent step and a detector finding.
+
+This module holds data only; it imports nothing else from otelloop so that every stage can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+# An attribute value as it goes onto a span or span event (OTLP AnyValue subset).
+AttrValue = Union[str, bool, int, float, list[str], list[int], list[float]]
+
+StepKind = Literal["tool", "llm", "system"]
+Outcome = Literal["success", "error", "empty"]
+Severity = Literal["info", "warn", "loop", "stop"]
+Verdict = Literal["continue", "nudge", "stop", "paused"]
+ToolClass = Literal["read", "write", "exec"]
+
+#: Verdicts ordered from least to most severe (SPEC §5: the most severe wins).
+VERDICT_RANK: dict[str, int] = {"continue": 0, "nudge": 1, "stop": 2, "paused": 3}
+
+
+@dataclass(slots=True)
+class Step:
+    """One agent operation recognised in a span (SPEC §3).
+
+    Hashes are 64-bit integers of a canonical form (see ``otelloop.mapping.canonical``) so that two
+    emitters that serialise the same tool call differently still compare equal, and so that per-session
+    state stays small. ``None`` always means "the span did not say", never "unchanged".
+    """
+
+    session: str
+    kind: StepKind
+    name: str
+    agent: str = ""
+    service: str = ""
+    node: str | None = None
+    model: str | None = None
+    intent: str = ""
+    args_hash: int | None = None
+    #: A short, truncated text form of the arguments, for similarity detectors.
+    args_text: str | None = None
+    output_hash: int | None = None
+    outcome: Outcome = "success"
+    #: Hex digest of the normalised error text, or None when the step did not fail.
+    error_signature: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    start_ns: int = 0
+    end_ns: int = 0
+    file_path: str | None = None
+    command: str | None = None
+    tool_class: ToolClass | None = None
+    #: Hash of the full content written by a full-write tool.
+    content_hash: int | None = None
+    #: Hashes of (old text, new text) of a replace-style edit.
+    edit_old_hash: int | None = None
+    edit_new_hash: int | None = None
+    diff_hash: str | None = None
+    failing_tests: int | None = None
+    failure_signature: str | None = None
+    state_hash: str | None = None
+    trace_id: str = ""
+    span_id: str = ""
+
+    @property
+    def duration_s(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(slots=True)
+class Finding:
+    """Something a detector concluded at one step; becomes a span event on that step's span.
+
+    Attributes:
+        detector: name of the detector (equals its config key and metric label value).
+        event: span event name, always starting with ``otelloop.``.
+        severity: ``info``, ``warn``, ``loop`` or ``stop``.
+        attributes: event attributes besides the four every event carries (SPEC §4).
+        message: one human-readable line (printed in detect-only mode and shown in the sessions API).
+    """
+
+    detector: str
+    event: str
+    severity: Severity
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def finding(self) -> str:
+        """Bounded label for ``otelloop_findings_total{finding}``: the event name without its prefix."""
+        return self.event.removeprefix("otelloop.")
