@@ -1,1 +1,124 @@
-"""The divergence detector (being written)."""
+"""The ``divergence`` detector (SPEC §4.1, seed 000): the same ``(kind, name)`` step repeated back to back.
+
+This module owns the consecutive-repeat check, its configuration and its per-session state. It fires
+early and cheaply on the commonest stuck loop (``search, search, search``); alternating and
+near-duplicate patterns are left to the ``trajectory`` and ``stall`` detectors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import register
+from otelloop.model import Finding, Step
+
+#: Threshold of a step kind that ``thresholds`` does not name: larger than any sensible window, so never.
+OTHER_KINDS_THRESHOLD = 999
+DEFAULT_THRESHOLDS: dict[str, int] = {"tool": 3, "llm": 5, "system": OTHER_KINDS_THRESHOLD}
+#: Signatures remembered as already reported in one session. Beyond it the oldest is forgotten, which
+#: at worst repeats one event for a session that has already diverged on this many distinct steps.
+MAX_EMITTED = 64
+
+
+class DivergenceConfig(DetectorConfig):
+    """``detectors.divergence``.
+
+    Attributes:
+        window: how many recent step signatures are looked at; a repeat run longer than this counts as
+            ``window``, so a threshold above it can never fire. Default: 8.
+        thresholds: step kind → consecutive identical steps that fire. Kinds you do not list keep their
+            default; kinds that have none use 999. Default: ``{tool: 3, llm: 5, system: 999}``.
+    """
+
+    window: int = Field(8, ge=1)
+    thresholds: dict[str, Annotated[int, Field(ge=1)]] = DEFAULT_THRESHOLDS
+
+    @field_validator("thresholds")
+    @classmethod
+    def _keep_unlisted_defaults(cls, v: dict[str, int]) -> dict[str, int]:
+        """Setting only ``tool: 4`` must not silently turn the ``llm`` check off."""
+        return {**DEFAULT_THRESHOLDS, **v}
+
+
+class DivergenceState:
+    """The trailing run of one signature and the signatures already reported.
+
+    A ring buffer's suffix count of the newest signature equals the length of the current run of that
+    signature capped at the buffer size, so the run is all that is kept: a few dozen bytes per session
+    instead of a buffer of tuples.
+    """
+
+    __slots__ = ("kind", "name", "run", "emitted")
+
+    def __init__(self) -> None:
+        self.kind = ""
+        self.name = ""
+        #: length of the current run of (kind, name), capped at the window
+        self.run = 0
+        #: hashes of the signatures reported in this session, oldest first; None until the first one
+        self.emitted: dict[int, None] | None = None
+
+
+@register
+class DivergenceDetector(Detector):
+    """Warns once per signature per session when a step repeats ``threshold`` times in a row.
+
+    Advisory only (severity ``warn``, no vote): three identical tool calls are often legitimate
+    polling, so this detector informs dashboards early and leaves verdicts to the scoring detectors.
+    """
+
+    name: ClassVar[str] = "divergence"
+    Config: ClassVar[type[DetectorConfig]] = DivergenceConfig
+    config: DivergenceConfig
+
+    def new_state(self) -> DivergenceState:
+        return DivergenceState()
+
+    def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
+        count = self._extend_run(state, step)
+        threshold = self.config.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)
+        if count < threshold:
+            return
+        key = hash((step.kind, step.name))
+        if state.emitted is not None and key in state.emitted:
+            return
+        _remember(state, key)
+        ctx.report(Finding(
+            detector=self.name,
+            event="otelloop.divergence_suspected",
+            severity="warn",
+            attributes={
+                "otelloop.signature.kind": step.kind,
+                "otelloop.signature.name": step.name,
+                "otelloop.repeat_count": count,
+            },
+            message=f"{step.kind} step {step.name!r} repeated {count} times in a row",
+        ))
+
+    def _extend_run(self, state: DivergenceState, step: Step) -> int:
+        """Add ``step`` to the run and return the suffix count within the configured window."""
+        if step.kind == state.kind and step.name == state.name:
+            # Capping here also applies a window shrunk by a reload to a run counted under the old one.
+            state.run = min(state.run + 1, self.config.window)
+        else:
+            state.kind, state.name, state.run = step.kind, step.name, 1
+        return state.run
+
+    def summary(self, state: DivergenceState) -> dict[str, Any]:
+        return {
+            "last_signature": {"kind": state.kind, "name": state.name},
+            "repeat_count": state.run,
+            "emitted_signatures": len(state.emitted or ()),
+        }
+
+
+def _remember(state: DivergenceState, key: int) -> None:
+    """Mark a signature as reported, forgetting the oldest beyond :data:`MAX_EMITTED`."""
+    if state.emitted is None:
+        state.emitted = {}
+    state.emitted[key] = None
+    if len(state.emitted) > MAX_EMITTED:
+        del state.emitted[next(iter(state.emitted))]

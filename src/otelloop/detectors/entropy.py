@@ -1,1 +1,150 @@
-"""The entropy detector (being written)."""
+"""The ``entropy`` detector (SPEC §4.4, seed 002): too few distinct recent actions in a session.
+
+This module owns the uniqueness score over the last ``window`` ``(intent, tool_call, action_status)``
+tuples, its LOOP / WARNING / NORMAL classification, the ``otelloop.entropy_alert`` event, the
+authoritative overwrite of an agent's self-reported score, and this detector's share of the verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import register
+from otelloop.model import Finding, Step
+
+#: (intent, tool_call, action_status) of one step; compared by exact equality.
+Entry = tuple[str, str, str]
+
+
+class EntropyConfig(DetectorConfig):
+    """``detectors.entropy``.
+
+    Attributes:
+        window: how many recent steps are scored. Default: 5.
+        loop_threshold: a score strictly below it is LOOP (event and a ``nudge`` vote). Default: 0.25.
+        warning_threshold: a score strictly below it is WARNING; at or above it NORMAL. Default: 0.50.
+        authoritative_attribute: span attribute holding an agent's self-reported score, replaced by
+            the computed one when present; null leaves spans alone. Default: ``cognition.entropy_score``.
+    """
+
+    window: int = Field(5, ge=1)
+    loop_threshold: float = Field(0.25, ge=0.0, le=1.0)
+    warning_threshold: float = Field(0.50, ge=0.0, le=1.0)
+    authoritative_attribute: str | None = "cognition.entropy_score"
+
+    @model_validator(mode="after")
+    def _loop_below_warning(self) -> EntropyConfig:
+        """LOOP above WARNING would make WARNING unreachable; the error points at ``loop_threshold``."""
+        if self.loop_threshold > self.warning_threshold:
+            error = PydanticCustomError("value_error", "must be <= warning_threshold ({warning})",
+                                        {"warning": self.warning_threshold})
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [InitErrorDetails(type=error, loc=("loop_threshold",), input=self.loop_threshold)])
+        return self
+
+
+class EntropyState:
+    """The session's last ``window`` entries, oldest first.
+
+    A tuple rebuilt on each step rather than a deque: for a handful of entries it costs about a tenth
+    of the bytes per session, and slicing to the configured length applies a reloaded window size
+    without any rebuild step.
+    """
+
+    __slots__ = ("window",)
+
+    def __init__(self) -> None:
+        self.window: tuple[Entry, ...] = ()
+
+
+def score(window: tuple[Entry, ...]) -> float:
+    """Distinct entries / entries present, rounded to 4 decimals (1.0 for an empty window)."""
+    if not window:
+        return 1.0
+    return round(len(set(window)) / len(window), 4)
+
+
+def most_frequent(window: tuple[Entry, ...]) -> tuple[Entry, int]:
+    """The most frequent entry and its count; among equally frequent ones, the most recent."""
+    counts: dict[Entry, int] = {}
+    for entry in window:
+        counts[entry] = counts.get(entry, 0) + 1
+    best = max(counts.values())
+    latest = next(e for e in reversed(window) if counts[e] == best)
+    return latest, best
+
+
+@register
+class EntropyDetector(Detector):
+    """Scores how varied a session's recent actions are and raises ``nudge`` while it is a LOOP.
+
+    The score is recomputed from the window on every step with the thresholds in force, so a reload
+    applies on the next step. The alert repeats on every LOOP step (unlike the one-shot warnings of
+    other detectors) because each LOOP step is another iteration the agent should be told about, and a
+    score back at WARNING or NORMAL withdraws the vote.
+    """
+
+    name: ClassVar[str] = "entropy"
+    Config: ClassVar[type[DetectorConfig]] = EntropyConfig
+    config: EntropyConfig
+
+    def new_state(self) -> EntropyState:
+        return EntropyState()
+
+    def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
+        cfg = self.config
+        entry: Entry = (step.intent, step.name, step.outcome)
+        state.window = (*state.window, entry)[-cfg.window:]
+        value = score(state.window)
+        severity = self.classify(value)
+        ctx.set_attribute("otelloop.entropy_score", value)
+        ctx.set_attribute("otelloop.entropy_severity", severity)
+        if cfg.authoritative_attribute:
+            ctx.overwrite_attribute(cfg.authoritative_attribute, value)
+        if severity == "loop":
+            self._alert(state.window, value, ctx)
+        else:
+            ctx.vote(self.name, "continue")
+
+    def classify(self, value: float) -> str:
+        """``loop``, ``warning`` or ``normal`` under the thresholds in force."""
+        if value < self.config.loop_threshold:
+            return "loop"
+        if value < self.config.warning_threshold:
+            return "warning"
+        return "normal"
+
+    def _alert(self, window: tuple[Entry, ...], value: float, ctx: StepContext) -> None:
+        (intent, tool_call, status), count = most_frequent(window)
+        ctx.report(Finding(
+            detector=self.name,
+            event="otelloop.entropy_alert",
+            severity="loop",
+            attributes={
+                "otelloop.entropy_score": value,
+                "otelloop.window_size": len(window),
+                "otelloop.repeated_pattern.intent": intent,
+                "otelloop.repeated_pattern.tool_call": tool_call,
+                "otelloop.repeated_pattern.action_status": status,
+                "otelloop.occurrence_count": count,
+            },
+            message=f"entropy {value:g}: {tool_call!r} ({intent}, {status}) is {count} of the last "
+                    f"{len(window)} steps",
+        ))
+        ctx.vote(self.name, "nudge", "entropy loop",
+                 f"You have repeated {tool_call!r} with outcome {status} {count} times in your last "
+                 f"{len(window)} steps. Stop repeating it: read its last result, then change your "
+                 "approach or arguments, or report what is blocking you.")
+
+    def summary(self, state: EntropyState) -> dict[str, Any]:
+        value = score(state.window)
+        return {
+            "window": [list(entry) for entry in state.window],
+            "entropy_score": value,
+            "entropy_severity": self.classify(value),
+        }

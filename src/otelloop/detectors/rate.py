@@ -1,1 +1,111 @@
-"""The rate detector (being written)."""
+"""The ``rate`` detector (SPEC §4.2, seed 000 §6): a session spending money or tokens too fast.
+
+This module owns the cost-rate and token-velocity checks, their configuration and per-session state.
+Pattern detectors are blind to an agent that varies every call while burning budget; this one looks
+at spend per second instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import register
+from otelloop.model import Finding, Step
+
+#: Below this elapsed time a rate is mostly noise from a near-zero divisor, so it is not checked.
+MIN_ELAPSED_NS = 1_000_000
+
+
+class RateConfig(DetectorConfig):
+    """``detectors.rate``. A threshold of ``.inf`` or ``null`` disables that check.
+
+    Attributes:
+        cost_usd_per_second: session cost per second above which ``otelloop.cost_rate_exceeded``
+            fires. Default: 0.10.
+        output_tokens_per_second: session output tokens per second above which
+            ``otelloop.token_velocity_exceeded`` fires. Default: 500.
+    """
+
+    cost_usd_per_second: float | None = Field(0.10, ge=0)
+    output_tokens_per_second: float | None = Field(500.0, ge=0)
+
+
+class RateState:
+    """Running totals of one session and which warnings it already got."""
+
+    __slots__ = ("first_start_ns", "cost_usd", "output_tokens", "cost_fired", "tokens_fired")
+
+    def __init__(self) -> None:
+        #: earliest step start seen (span time); 0 until a step with a start time arrives
+        self.first_start_ns = 0
+        self.cost_usd = 0.0
+        self.output_tokens = 0
+        self.cost_fired = False
+        self.tokens_fired = False
+
+
+@register
+class RateDetector(Detector):
+    """Warns once per type per session when cost or output tokens per second exceed a threshold.
+
+    Elapsed time runs from the session's first step start to the current step end, in span time, so
+    replaying recorded traces gives the same answer as live traffic. Advisory only: no vote.
+    """
+
+    name: ClassVar[str] = "rate"
+    Config: ClassVar[type[DetectorConfig]] = RateConfig
+    config: RateConfig
+
+    def new_state(self) -> RateState:
+        return RateState()
+
+    def observe(self, state: RateState, step: Step, ctx: StepContext) -> None:
+        _accumulate(state, step)
+        if state.cost_fired and state.tokens_fired:
+            return
+        elapsed_ns = step.end_ns - state.first_start_ns
+        if state.first_start_ns <= 0 or elapsed_ns < MIN_ELAPSED_NS:
+            return
+        elapsed_s = elapsed_ns / 1e9
+        cfg = self.config
+        if not state.cost_fired:
+            state.cost_fired = self._check(
+                ctx, "otelloop.cost_rate_exceeded", "otelloop.cost_rate",
+                state.cost_usd / elapsed_s, cfg.cost_usd_per_second, "USD/s")
+        if not state.tokens_fired:
+            state.tokens_fired = self._check(
+                ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity",
+                state.output_tokens / elapsed_s, cfg.output_tokens_per_second, "output tokens/s")
+
+    def _check(self, ctx: StepContext, event: str, key: str, rate: float, threshold: float | None,
+               unit: str) -> bool:
+        """Report ``rate`` if it is strictly above ``threshold``; returns whether it did."""
+        if threshold is None or not rate > threshold:
+            return False
+        ctx.report(Finding(
+            detector=self.name,
+            event=event,
+            severity="warn",
+            attributes={key: rate, "otelloop.threshold": threshold},
+            message=f"session burns {rate:.4g} {unit}, above the {threshold:g} {unit} threshold",
+        ))
+        return True
+
+    def summary(self, state: RateState) -> dict[str, Any]:
+        return {
+            "cost_usd": state.cost_usd,
+            "output_tokens": state.output_tokens,
+            "cost_rate_exceeded": state.cost_fired,
+            "token_velocity_exceeded": state.tokens_fired,
+        }
+
+
+def _accumulate(state: RateState, step: Step) -> None:
+    """Add the step's spend and move the session start back if this step started earlier."""
+    state.cost_usd += step.cost_usd
+    state.output_tokens += step.output_tokens
+    if step.start_ns > 0 and (state.first_start_ns <= 0 or step.start_ns < state.first_start_ns):
+        state.first_start_ns = step.start_ns

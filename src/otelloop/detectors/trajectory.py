@@ -1,1 +1,391 @@
-"""The trajectory detector (being written)."""
+"""The ``trajectory`` detector (SPEC §4.6, seed 004): four loop types on tool steps, one decaying score.
+
+This module owns the loop types and the intervention ladder:
+
+- **stutter**: the same tool with the same arguments as the previous step, three or more in a row;
+- **semantic_repeat**: the step's descriptor ``tool(args) → outcome`` is similar to three or more of the
+  recent ones (backend from :mod:`otelloop.similarity`);
+- **phantom_progress**: the action changed but the state it acted on did not;
+- **ping_pong**: the identifiers of the last n steps repeat the n before them (A,B,A,B, …).
+
+Each tool step adds ``weight × confidence`` of every type that fired to a loop score (capped), or
+multiplies it by ``decay`` when none did, so an agent that recovers drifts back to ``observe``. The score
+maps to ``observe → nudge → stop``; the detector votes that level into the session verdict (SPEC §5) and
+reports an ``otelloop.intervention`` event only when the level rises, so one episode alerts once per
+level.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import register
+from otelloop.model import Finding, Step
+from otelloop.similarity import (
+    Similarity,
+    embedding_unavailable_message,
+    get_backend,
+    is_negated,
+    missing_embedding_modules,
+)
+
+Level = Literal["observe", "nudge", "stop"]
+_LEVEL_RANK: dict[str, int] = {"observe": 0, "nudge": 1, "stop": 2}
+_SEVERITY = {"nudge": "warn", "stop": "stop"}
+_VOTE = {"observe": "continue", "nudge": "nudge", "stop": "stop"}
+#: Report order of the loop types (SPEC's type I–IV).
+LOOP_TYPES = ("stutter", "semantic_repeat", "phantom_progress", "ping_pong")
+
+#: Stutter needs this many identical calls in a row; semantic repeat this many similar earlier steps.
+MIN_REPEATS = 3
+#: Ping-pong needs at least this many steps before the current one, and tries these n-gram lengths.
+PING_PONG_MIN_EARLIER = 4
+PING_PONG_LENGTHS = (2, 3, 4)
+#: A pair above this similarity where exactly one side is negated ("X" vs "not X") loses the penalty.
+NEAR_IDENTICAL = 0.92
+NEGATION_PENALTY = 0.2
+#: Longest argument text kept in a descriptor, so per-session state stays small.
+MAX_ARGS_CHARS = 160
+#: Longest tool or agent name quoted in a nudge message, and longest message.
+MAX_NAME_CHARS = 64
+MAX_MESSAGE_CHARS = 500
+#: Scores are rounded so that sums like 1/6 + 1/3 + 1/2 land exactly on a threshold.
+SCORE_DECIMALS = 6
+
+
+class TrajectoryWeights(BaseModel):
+    """Score added per loop type, multiplied by that type's confidence.
+
+    Attributes:
+        stutter: type I. Default: 2.0.
+        semantic_repeat: type II. Default: 1.5.
+        phantom_progress: type III. Default: 0.5.
+        ping_pong: type IV. Default: 1.5.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stutter: float = Field(2.0, ge=0)
+    semantic_repeat: float = Field(1.5, ge=0)
+    phantom_progress: float = Field(0.5, ge=0)
+    ping_pong: float = Field(1.5, ge=0)
+
+
+class TrajectoryConfig(DetectorConfig):
+    """``detectors.trajectory``.
+
+    Attributes:
+        nudge_threshold: loop score at which the agent is nudged. Default: 2.0.
+        stop_threshold: loop score at which the agent is stopped; >= nudge_threshold. Default: 3.0.
+        decay: factor applied to the score on a step where no loop type fired. Default: 0.5.
+        max_score: cap of the score, so recovery takes a bounded number of steps. Default: 5.0.
+        history: tool steps remembered per session for semantic repeat and ping-pong. Default: 10.
+        similarity: semantic-repeat backend: ``lexical`` (word tokens, no model), ``embedding``
+            (sentence-embedding model; needs ``pip install 'otelloop[semantic]'``) or ``off``.
+            Default: lexical.
+        similarity_threshold: cosine at or above which two descriptors are similar. Default: 0.85.
+        weights: score added per loop type (see :class:`TrajectoryWeights`).
+    """
+
+    nudge_threshold: float = Field(2.0, gt=0)
+    stop_threshold: float = Field(3.0, gt=0)
+    decay: float = Field(0.5, ge=0, le=1)
+    max_score: float = Field(5.0, gt=0)
+    history: int = Field(10, ge=1, le=100)
+    similarity: Literal["lexical", "embedding", "off"] = "lexical"
+    similarity_threshold: float = Field(0.85, gt=0, le=1)
+    weights: TrajectoryWeights = TrajectoryWeights()
+
+    @field_validator("stop_threshold")
+    @classmethod
+    def _stop_not_below_nudge(cls, v: float, info: ValidationInfo) -> float:
+        nudge = info.data.get("nudge_threshold")
+        if nudge is not None and v < nudge:
+            raise ValueError(f"must be >= nudge_threshold ({nudge:g})")
+        return v
+
+    @field_validator("similarity")
+    @classmethod
+    def _extra_installed(cls, v: str) -> str:
+        """Fail at validation, before any port opens, rather than on the first tool step."""
+        if v == "embedding":
+            missing = missing_embedding_modules()
+            if missing:
+                raise ValueError(embedding_unavailable_message(missing))
+        return v
+
+
+class _Entry(NamedTuple):
+    """What the detector remembers of one tool step (a few short fields)."""
+
+    name: str
+    agent: str
+    args_hash: int | None
+    #: ``otelloop.state_hash``, else the output hash; None when the span said neither.
+    state: str | int | None
+    #: ``tool(args) → outcome``, or None while similarity is off.
+    descriptor: str | None
+    negated: bool
+
+
+class _Signal(NamedTuple):
+    """A loop type that fired on this step, with what its nudge sentence quotes."""
+
+    confidence: float
+    count: int
+    subject: str
+
+
+class TrajectoryState:
+    """Per-session state; bounded by ``history`` entries whatever the session's length."""
+
+    __slots__ = ("history", "score", "level", "phantom_run", "first_agent", "multi_agent", "types", "message")
+
+    def __init__(self, history: int) -> None:
+        self.history: deque[_Entry] = deque(maxlen=history)
+        self.score = 0.0
+        self.level: Level = "observe"
+        #: consecutive phantom-progress steps up to this one
+        self.phantom_run = 0
+        self.first_agent = ""
+        #: the session has seen more than one agent: ping-pong compares agents, not tools
+        self.multi_agent = False
+        #: loop types and nudge message of the last step on which something fired
+        self.types: tuple[str, ...] = ()
+        self.message = ""
+
+
+@register
+class TrajectoryDetector(Detector):
+    """Scores tool-call trajectories for the four loop types and drives observe → nudge → stop."""
+
+    name = "trajectory"
+    Config = TrajectoryConfig
+
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        self.config: TrajectoryConfig = config  # type: ignore[assignment]
+        self._backend: Similarity | None = get_backend(self.config.similarity)
+
+    def new_state(self) -> TrajectoryState:
+        return TrajectoryState(self.config.history)
+
+    def observe(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
+        if step.kind != "tool":
+            return
+        cfg = self.config
+        if state.history.maxlen != cfg.history:
+            state.history = deque(state.history, maxlen=cfg.history)
+        entry = self._entry(step)
+        _note_agent(state, entry.agent)
+        signals = self._detect(state, entry)
+        state.history.append(entry)
+        previous = state.level
+        state.score = _next_score(state.score, signals, cfg)
+        state.level = _level(state.score, cfg)
+        if signals:
+            state.types = tuple(signals)
+            state.message = _nudge_message(state.level, signals)
+        ctx.set_attribute("otelloop.loop_score", state.score)
+        ctx.set_attribute("otelloop.intervention", state.level)
+        if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
+            ctx.report(_intervention(state, list(signals) or list(state.types)))
+        self._vote(state, ctx)
+
+    def summary(self, state: TrajectoryState) -> dict[str, Any]:
+        return {"loop_score": state.score, "intervention": state.level, "loop_types": list(state.types),
+                "nudge_message": state.message}
+
+    def _entry(self, step: Step) -> _Entry:
+        state = step.state_hash if step.state_hash is not None else step.output_hash
+        descriptor = None
+        if self._backend is not None:
+            descriptor = f"{step.name}({(step.args_text or '')[:MAX_ARGS_CHARS]}) → {step.outcome}"
+        return _Entry(step.name, step.agent, step.args_hash, state, descriptor,
+                      descriptor is not None and is_negated(descriptor))
+
+    def _detect(self, state: TrajectoryState, entry: _Entry) -> dict[str, _Signal]:
+        """The loop types that fire on ``entry`` given the earlier steps, in report order."""
+        history = state.history
+        state.phantom_run = state.phantom_run + 1 if _phantom(history, entry) else 0
+        found = {
+            "stutter": _stutter(history, entry),
+            "semantic_repeat": self._semantic_repeat(history, entry),
+            "phantom_progress": _phantom_signal(state.phantom_run),
+            "ping_pong": _ping_pong([*history, entry], state.multi_agent),
+        }
+        return {kind: signal for kind, signal in found.items() if signal is not None}
+
+    def _semantic_repeat(self, history: deque[_Entry], entry: _Entry) -> _Signal | None:
+        """Type II: similar to >= 3 earlier descriptors; confidence is their mean similarity."""
+        if self._backend is None or entry.descriptor is None:
+            return None
+        past = [e for e in history if e.descriptor is not None]
+        if len(past) < MIN_REPEATS:
+            return None
+        sims = self._backend.similarities(entry.descriptor, [e.descriptor or "" for e in past])
+        threshold = self.config.similarity_threshold
+        matches = []
+        for other, sim in zip(past, sims):
+            if sim > NEAR_IDENTICAL and other.negated != entry.negated:
+                sim -= NEGATION_PENALTY
+            if sim >= threshold:
+                matches.append(sim)
+        if len(matches) < MIN_REPEATS:
+            return None
+        return _Signal(sum(matches) / len(matches), len(matches), entry.name)
+
+    def _vote(self, state: TrajectoryState, ctx: StepContext) -> None:
+        if state.level == "observe":
+            ctx.vote(self.name, "continue")
+            return
+        reason = f"trajectory loop score {state.score:g} ({', '.join(state.types) or 'earlier loop'})"
+        ctx.vote(self.name, _VOTE[state.level], reason, state.message)  # type: ignore[arg-type]
+
+
+def _note_agent(state: TrajectoryState, agent: str) -> None:
+    """Remember whether the session has seen more than one (named) agent; sticky once true."""
+    if not agent or state.multi_agent:
+        return
+    if not state.first_agent:
+        state.first_agent = agent
+    elif agent != state.first_agent:
+        state.multi_agent = True
+
+
+def _same_call(a: _Entry, b: _Entry) -> bool:
+    """Same tool and same known arguments (unknown arguments are never "the same")."""
+    return a.name == b.name and a.args_hash is not None and a.args_hash == b.args_hash
+
+
+def _action_differs(a: _Entry, b: _Entry) -> bool:
+    """Another tool, or the same tool with other known arguments."""
+    if a.name != b.name:
+        return True
+    return a.args_hash is not None and b.args_hash is not None and a.args_hash != b.args_hash
+
+
+def _stutter(history: deque[_Entry], entry: _Entry) -> _Signal | None:
+    """Type I: this call plus the identical calls right before it, detected at three."""
+    count = 1
+    for prev in reversed(history):
+        if not _same_call(prev, entry):
+            break
+        count += 1
+    return _Signal(1.0, count, entry.name) if count >= MIN_REPEATS else None
+
+
+def _phantom(history: deque[_Entry], entry: _Entry) -> bool:
+    """Type III at this step: the action changed, the (known) state did not."""
+    if not history:
+        return False
+    prev = history[-1]
+    return entry.state is not None and entry.state == prev.state and _action_differs(entry, prev)
+
+
+def _phantom_signal(run: int) -> _Signal | None:
+    return _Signal(min(run / 3, 1.0), run, "") if run else None
+
+
+def _ping_pong(entries: list[_Entry], multi_agent: bool) -> _Signal | None:
+    """Type IV: the last n identifiers repeat the n before them, for n = 2, 3, 4.
+
+    The repeated n-gram must hold two distinct identifiers: plain repetition (A,A,A,A) is stutter's or
+    phantom progress's business, not an oscillation. A cycle over steps whose states all differ is
+    taken as progress (e.g. alternating "write page N" / "read page N" over new pages).
+    """
+    if len(entries) <= PING_PONG_MIN_EARLIER:
+        return None
+    ids = [e.agent if multi_agent else e.name for e in entries]
+    best: _Signal | None = None
+    for n in PING_PONG_LENGTHS:
+        if 2 * n > len(ids):
+            break
+        unit = ids[-n:]
+        if len(set(unit)) < 2:
+            continue
+        reps = _repetitions(ids, n)
+        if reps < 2 or _states_all_differ(entries[-2 * n:]):
+            continue
+        signal = _Signal(min(reps / 3, 1.0), reps, " → ".join(unit))
+        if best is None or signal.confidence > best.confidence:
+            best = signal
+    return best
+
+
+def _repetitions(ids: list[str], n: int) -> int:
+    """How many back-to-back copies of the last n identifiers end the sequence."""
+    unit = ids[-n:]
+    reps = 1
+    end = len(ids) - n
+    while end - n >= 0 and ids[end - n:end] == unit:
+        reps += 1
+        end -= n
+    return reps
+
+
+def _states_all_differ(entries: list[_Entry]) -> bool:
+    states = [e.state for e in entries if e.state is not None]
+    return len(states) >= 2 and len(set(states)) == len(states)
+
+
+def _next_score(score: float, signals: dict[str, _Signal], cfg: TrajectoryConfig) -> float:
+    if not signals:
+        return round(score * cfg.decay, SCORE_DECIMALS)
+    weights = cfg.weights
+    added = sum(getattr(weights, kind) * signal.confidence for kind, signal in signals.items())
+    return round(min(score + added, cfg.max_score), SCORE_DECIMALS)
+
+
+def _level(score: float, cfg: TrajectoryConfig) -> Level:
+    if score >= cfg.stop_threshold:
+        return "stop"
+    if score >= cfg.nudge_threshold:
+        return "nudge"
+    return "observe"
+
+
+def _quote(name: str) -> str:
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
+
+
+def _sentence(kind: str, signal: _Signal) -> str:
+    subject = _quote(signal.subject)
+    if kind == "stutter":
+        return (f"You have called {subject} with the same arguments {signal.count} times in a row; "
+                "do not call it again with these arguments.")
+    if kind == "semantic_repeat":
+        return (f"This {subject} call repeats {signal.count} recent calls in substance; rephrasing it "
+                "will not change the result.")
+    if kind == "phantom_progress":
+        return f"Your last {signal.count} different actions left the result unchanged."
+    return f"You are cycling through {subject} without progress; break the cycle."
+
+
+def _nudge_message(level: Level, signals: dict[str, _Signal]) -> str:
+    """A short instruction for the agent, naming what it repeats; usable verbatim as a prompt."""
+    head = "Stop and report what is blocking you." if level == "stop" else \
+        "Change your approach: try a different tool or different arguments, or ask for help."
+    text = " ".join([_sentence(kind, signal) for kind, signal in signals.items()] + [head])
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def _intervention(state: TrajectoryState, types: list[str]) -> Finding:
+    action = state.level
+    return Finding(
+        detector=TrajectoryDetector.name,
+        event="otelloop.intervention",
+        severity=_SEVERITY[action],  # type: ignore[arg-type]
+        attributes={
+            "otelloop.action": action,
+            "otelloop.loop_score": state.score,
+            "otelloop.loop_types": types,
+            "otelloop.nudge_message": state.message,
+        },
+        message=f"trajectory {action}: loop score {state.score:g} ({', '.join(types) or 'threshold change'}): "
+                f"{state.message}",
+    )

@@ -1,0 +1,148 @@
+"""The agent-side verdict check: one call between steps asks otelloop whether to go on (SPEC §5).
+
+This module owns the client of ``GET /v1/sessions/{id}/verdict``. It uses only the standard library so
+that an agent needs no extra dependency to obey otelloop, and it never raises: a guard that crashes or
+hangs the agent when otelloop is down would be worse than no guard. Every failure (connection refused,
+timeout, 404 for a session otelloop has not seen, a malformed body) yields ``continue``, with the cause
+in ``reason`` for logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from urllib.parse import quote
+
+#: Verdicts an agent may be told (SPEC §5).
+VERDICTS = frozenset({"continue", "nudge", "stop", "paused"})
+#: Largest response body read; a verdict is a few hundred bytes.
+MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What otelloop says about a session.
+
+    Attributes:
+        verdict: ``continue``, ``nudge``, ``stop`` or ``paused``.
+        reason: why (for logs; on a failed check, what failed).
+        message: for ``nudge``, an instruction the agent can be given verbatim.
+    """
+
+    verdict: str = "continue"
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def should_stop(self) -> bool:
+        return self.verdict == "stop"
+
+    @property
+    def should_nudge(self) -> bool:
+        return self.verdict == "nudge"
+
+
+def format_trace_id(trace_id: int | str) -> str:
+    """A trace id as otelloop names trace sessions: 32 lowercase hex digits.
+
+    Accepts the int an OTel SDK span context holds or a hex string (any case, optional ``0x``).
+
+    Raises:
+        ValueError: not a non-zero 128-bit id.
+    """
+    if isinstance(trace_id, str):
+        text = trace_id.strip().lower().removeprefix("0x")
+        value = int(text, 16) if text else 0
+    else:
+        value = int(trace_id)
+    if not 0 < value < 1 << 128:
+        raise ValueError(f"not a valid trace id: {trace_id!r}")
+    return f"{value:032x}"
+
+
+def current_trace_id() -> int | None:
+    """The trace id of the current OpenTelemetry span, or None outside a (valid) span or without OTel."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    return ctx.trace_id if ctx.is_valid else None
+
+
+def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int | str | None = None,
+                  timeout: float = 0.5, token: str | None = None) -> Verdict:
+    """Ask otelloop for the verdict of a session; ``continue`` whenever it cannot tell.
+
+    Args:
+        base_url: otelloop's admin address, e.g. ``http://otelloop:9464``.
+        session_id: the session id (with ``state.group_by: session``). Takes precedence over trace_id.
+        trace_id: the trace id (with the default ``group_by: trace``), int or hex. When neither is
+            given, the current OpenTelemetry span's trace id is used.
+        timeout: seconds allowed for connecting and for each read; keep it short, agents wait on it.
+        token: bearer token, when a proxy in front of otelloop requires one.
+    """
+    try:
+        sid = _session(session_id, trace_id)
+    except (TypeError, ValueError) as e:
+        return Verdict(reason=f"otelloop verdict not checked: {e}")
+    if sid is None:
+        return Verdict(reason="otelloop verdict not checked: no session id and no current trace")
+    url = f"{base_url.rstrip('/')}/v1/sessions/{quote(sid, safe='')}/verdict"
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read(MAX_BODY_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        reason = "unknown session" if e.code == 404 else f"HTTP {e.code}"
+        return Verdict(reason=f"otelloop verdict unavailable: {reason}")
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        # OSError: refused, timed out, reset (URLError too); HTTPException: a garbled response;
+        # ValueError: a malformed base_url.
+        return Verdict(reason=f"otelloop unreachable: {e!r}")
+    return _parse(body)
+
+
+async def acheck_verdict(base_url: str, *, session_id: str | None = None, trace_id: int | str | None = None,
+                         timeout: float = 0.5, token: str | None = None) -> Verdict:
+    """:func:`check_verdict` for async agents: runs in a worker thread so the event loop never blocks.
+
+    The current trace id is resolved here, in the caller's context, before the hop to the thread.
+    """
+    if session_id is None and trace_id is None:
+        trace_id = current_trace_id()
+        if trace_id is None:
+            return Verdict(reason="otelloop verdict not checked: no session id and no current trace")
+    return await asyncio.to_thread(check_verdict, base_url, session_id=session_id, trace_id=trace_id,
+                                   timeout=timeout, token=token)
+
+
+def _session(session_id: str | None, trace_id: int | str | None) -> str | None:
+    if session_id:
+        return session_id
+    if trace_id is None:
+        trace_id = current_trace_id()
+    return None if trace_id is None else format_trace_id(trace_id)
+
+
+def _parse(body: bytes) -> Verdict:
+    if len(body) > MAX_BODY_BYTES:
+        return Verdict(reason="otelloop verdict unreadable: response too large")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return Verdict(reason="otelloop verdict unreadable: not JSON")
+    verdict = data.get("verdict") if isinstance(data, dict) else None
+    if verdict not in VERDICTS:
+        return Verdict(reason=f"otelloop verdict unreadable: unexpected verdict {verdict!r}")
+    return Verdict(verdict, _text(data.get("reason")), _text(data.get("message")))
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

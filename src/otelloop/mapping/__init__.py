@@ -1,0 +1,1 @@
+"""Span → agent step mapping (SPEC §3)."""

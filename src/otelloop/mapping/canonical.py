@@ -1,0 +1,128 @@
+"""Canonical forms and 64-bit hashes of tool arguments, outputs and error texts (SPEC §3).
+
+Two emitters that serialise the same tool call differently (key order, whitespace, a JSON string
+versus an object) must hash the same, and two calls whose results differ only in per-call identifiers
+(LangChain's ``tool_call_id``, message ids, timestamps) must too — otherwise a loop is invisible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+#: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
+VOLATILE_OUTPUT_KEYS = frozenset({
+    "id", "ids", "tool_call_id", "call_id", "run_id", "message_id", "response_id", "created", "created_at",
+    "timestamp", "response_metadata", "usage_metadata", "lc", "additional_kwargs",
+})
+#: Canonical texts kept for similarity detectors are cut to this many characters.
+TEXT_LIMIT = 256
+_CACHE_LIMIT = 8192
+
+
+def hash_bytes(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def hash_text(text: str) -> int:
+    return hash_bytes(text.encode("utf-8", "surrogatepass"))
+
+
+def _strip_volatile(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_volatile(v) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
+    if isinstance(obj, list):
+        return [_strip_volatile(v) for v in obj]
+    return obj
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class Canonicalizer:
+    """Hashes values in canonical form, memoising by the raw text (agents repeat themselves).
+
+    Args:
+        max_text_bytes: values longer than this are hashed by content without JSON parsing, so a
+            huge payload costs one C-level hash rather than a parse and a copy.
+    """
+
+    def __init__(self, max_text_bytes: int = 65536) -> None:
+        self.max_text_bytes = max_text_bytes
+        self._args: dict[str, tuple[int, str, dict[str, Any] | None]] = {}
+        self._outputs: dict[str, tuple[int, bool]] = {}
+
+    def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
+        """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
+        hit = self._args.get(raw)
+        if hit is not None:
+            return hit
+        parsed = self._parse(raw)
+        if parsed is _UNPARSED:
+            result = (hash_text(raw), raw[:TEXT_LIMIT], None)
+        else:
+            canonical = _dumps(parsed)
+            result = (hash_text(canonical), canonical[:TEXT_LIMIT], parsed if isinstance(parsed, dict) else None)
+        _remember(self._args, raw, result)
+        return result
+
+    def output(self, raw: str) -> tuple[int, bool]:
+        """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {})."""
+        hit = self._outputs.get(raw)
+        if hit is not None:
+            return hit
+        parsed = self._parse(raw)
+        if parsed is _UNPARSED:
+            result = (hash_text(raw), raw.strip() == "")
+        else:
+            empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
+            result = (hash_text(_dumps(_strip_volatile(parsed))), empty)
+        _remember(self._outputs, raw, result)
+        return result
+
+    def _parse(self, raw: str) -> Any:
+        if len(raw) > self.max_text_bytes:
+            return _UNPARSED
+        s = raw.lstrip()
+        if not s or s[0] not in "{[\"" and s not in ("null", "true", "false"):
+            return _UNPARSED
+        try:
+            return json.loads(s)
+        except ValueError:
+            return _UNPARSED
+
+
+_UNPARSED = object()
+
+
+def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()  # cheap bound; the working set of a looping agent refills it at once
+    cache[key] = value
+
+
+_VOLATILE_ERROR = [
+    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
+    (re.compile(r"(?:/private)?/(?:tmp|var/tmp|var/folders/[^\s'\"]*?|dev/shm)/[^\s'\":,)]*"), "<tmp>"),
+    (re.compile(r"[A-Za-z]:\\(?:[^\s\\]+\\)*?(?:Temp|tmp)\\[^\s'\":,)]*", re.IGNORECASE), "<tmp>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
+    (re.compile(r"\b[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*[0-9][0-9a-fA-F]*\b"),
+     "<hex>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+]
+
+
+def normalise_error(text: str) -> str:
+    """Replace the volatile parts of an error text (ids, numbers, temp paths) with placeholders."""
+    text = text[:4096]
+    for pattern, placeholder in _VOLATILE_ERROR:
+        text = pattern.sub(placeholder, text)
+    return " ".join(text.split())
+
+
+def error_signature(text: str) -> str:
+    """16 hex digits identifying an error text up to its volatile parts."""
+    return format(hash_text(normalise_error(text)), "016x")

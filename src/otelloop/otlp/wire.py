@@ -1,0 +1,221 @@
+"""OTLP trace requests at the wire level: fast read-only views and byte-level enrichment.
+
+Reading span attributes through the generated classes walks every ``KeyValue`` in Python (about
+0.5 µs per attribute). otelloop instead parses requests with *view* message types derived at import
+time from the official descriptors, identical on the wire except that every ``attributes`` field is a
+``map<string, AnyValue>`` (a map entry and a ``KeyValue`` share field numbers 1 and 2). Lookups are then
+C-level hash lookups, and only the attributes the mapping needs are ever turned into Python objects.
+
+Enrichment never re-serialises a span: new attributes and events are encoded directly and appended to
+the span's original bytes (protobuf merges repeated fields by concatenation), so a request whose spans
+gain nothing is forwarded as its original bytes and one that gains something costs one splice.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2  # noqa: F401  (registers AnyValue in the pool)
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from otelloop.model import AttrValue
+
+_KEYVALUE = ".opentelemetry.proto.common.v1.KeyValue"
+_ANYVALUE = ".opentelemetry.proto.common.v1.AnyValue"
+_RENAMES = {
+    ".opentelemetry.proto.trace.v1.": ".otelloop.view.trace.",
+    ".opentelemetry.proto.resource.v1.": ".otelloop.view.resource.",
+    ".opentelemetry.proto.collector.trace.v1.": ".otelloop.view.collector.",
+}
+_FILES = {
+    resource_pb2.DESCRIPTOR: ("otelloop/view/resource.proto", "otelloop.view.resource"),
+    trace_pb2.DESCRIPTOR: ("otelloop/view/trace.proto", "otelloop.view.trace"),
+    trace_service_pb2.DESCRIPTOR: ("otelloop/view/trace_service.proto", "otelloop.view.collector"),
+}
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _rename(type_name: str) -> str:
+    for old, new in _RENAMES.items():
+        if type_name.startswith(old):
+            return new + type_name[len(old):]
+    return type_name
+
+
+def _mapify(msg: descriptor_pb2.DescriptorProto, path: str) -> None:
+    """Turn ``repeated KeyValue attributes`` into ``map<string, AnyValue> attributes``, recursively.
+
+    ``path`` is the message's full name (``.package.Outer.Inner``), needed to name the map entry type.
+    """
+    path = f"{path}.{msg.name}"
+    for nested in list(msg.nested_type):
+        _mapify(nested, path)
+    for f in msg.field:
+        if f.type_name == _KEYVALUE:
+            entry = msg.nested_type.add(name="".join(w.title() for w in f.name.split("_")) + "Entry")
+            entry.options.map_entry = True
+            entry.field.add(name="key", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+            entry.field.add(name="value", number=2, type=_F.TYPE_MESSAGE, label=_F.LABEL_OPTIONAL,
+                            type_name=_ANYVALUE)
+            f.type_name = f"{path}.{entry.name}"
+        elif f.type_name:
+            f.type_name = _rename(f.type_name)
+
+
+def _build_views() -> descriptor_pool.DescriptorPool:
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName("otelloop/view/trace_service.proto")
+        return pool
+    except KeyError:
+        pass
+    for original, (name, package) in _FILES.items():
+        fdp = descriptor_pb2.FileDescriptorProto()
+        original.CopyToProto(fdp)
+        fdp.name, fdp.package = name, package
+        fdp.ClearField("options")
+        deps = [d for d in fdp.dependency]
+        del fdp.dependency[:]
+        for d in deps:
+            fdp.dependency.append({f.name: n for f, (n, _) in _FILES.items()}.get(d, d))
+        for msg in fdp.message_type:
+            _mapify(msg, "." + package)
+        for svc in list(fdp.service):
+            fdp.service.remove(svc)
+        pool.Add(fdp)
+    return pool
+
+
+_pool = _build_views()
+#: ``ExportTraceServiceRequest`` with map-typed attributes: parse with ``ViewRequest.FromString``.
+ViewRequest: Any = message_factory.GetMessageClass(
+    _pool.FindMessageTypeByName("otelloop.view.collector.ExportTraceServiceRequest"))
+
+
+def _raw_views() -> Any:
+    """A request whose spans stay as bytes, so they can be spliced and re-framed cheaply."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="otelloop/view/raw.proto", package="otelloop.view.raw",
+                                             syntax="proto3")
+    ss = fdp.message_type.add(name="ScopeSpans")
+    ss.field.add(name="scope", number=1, type=_F.TYPE_BYTES, label=_F.LABEL_OPTIONAL)
+    ss.field.add(name="spans", number=2, type=_F.TYPE_BYTES, label=_F.LABEL_REPEATED)
+    ss.field.add(name="schema_url", number=3, type=_F.TYPE_BYTES, label=_F.LABEL_OPTIONAL)
+    rs = fdp.message_type.add(name="ResourceSpans")
+    rs.field.add(name="resource", number=1, type=_F.TYPE_BYTES, label=_F.LABEL_OPTIONAL)
+    rs.field.add(name="scope_spans", number=2, type=_F.TYPE_MESSAGE, label=_F.LABEL_REPEATED,
+                 type_name=".otelloop.view.raw.ScopeSpans")
+    rs.field.add(name="schema_url", number=3, type=_F.TYPE_BYTES, label=_F.LABEL_OPTIONAL)
+    req = fdp.message_type.add(name="Request")
+    req.field.add(name="resource_spans", number=1, type=_F.TYPE_MESSAGE, label=_F.LABEL_REPEATED,
+                  type_name=".otelloop.view.raw.ResourceSpans")
+    try:
+        _pool.FindFileByName(fdp.name)
+    except KeyError:
+        _pool.Add(fdp)
+    return message_factory.GetMessageClass(_pool.FindMessageTypeByName("otelloop.view.raw.Request"))
+
+
+#: A request whose spans are opaque bytes (for splicing enriched spans back in).
+RawRequest: Any = _raw_views()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Encoding attributes and events by hand (OTLP field numbers from trace.proto / common.proto)
+
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _ld(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+def encode_any_value(value: AttrValue) -> bytes:
+    """AnyValue: string=1, bool=2, int=3, double=4, array=5 (ArrayValue.values=1)."""
+    if isinstance(value, str):
+        return _ld(0x0A, value.encode())
+    if isinstance(value, bool):
+        return b"\x10" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return b"\x18" + _varint(value)
+    if isinstance(value, float):
+        return b"\x21" + struct.pack("<d", value)
+    if isinstance(value, (list, tuple)):
+        return _ld(0x2A, b"".join(_ld(0x0A, encode_any_value(v)) for v in value))
+    raise TypeError(f"unsupported attribute value type {type(value).__name__}")
+
+
+_KV_CACHE: dict[tuple[str, Any], bytes] = {}
+
+
+def encode_key_value(key: str, value: AttrValue) -> bytes:
+    """KeyValue: key=1, value=2. Small string/bool values are memoised (verdicts, severities)."""
+    cacheable = isinstance(value, (str, bool)) and (not isinstance(value, str) or len(value) <= 32)
+    if cacheable:
+        ck = (key, value)
+        hit = _KV_CACHE.get(ck)
+        if hit is not None:
+            return hit
+    encoded = _ld(0x0A, key.encode()) + _ld(0x12, encode_any_value(value))
+    if cacheable and len(_KV_CACHE) < 4096:
+        _KV_CACHE[ck] = encoded
+    return encoded
+
+
+def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
+    """Span.attributes (field 9) entries, ready to append to a serialised span."""
+    return b"".join(_ld(0x4A, encode_key_value(k, v)) for k, v in attributes.items())
+
+
+def encode_span_event(name: str, time_unix_nano: int, attributes: dict[str, AttrValue]) -> bytes:
+    """One Span.events (field 11) entry: Event{time_unix_nano=1 fixed64, name=2, attributes=3}."""
+    body = b"\x09" + struct.pack("<Q", time_unix_nano) + _ld(0x12, name.encode())
+    body += b"".join(_ld(0x1A, encode_key_value(k, v)) for k, v in attributes.items())
+    return _ld(0x5A, body)
+
+
+def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue]) -> bytes:
+    """Rewrite a span so each key in ``replacements`` appears once, with the new value.
+
+    Used only when a span carries an attribute otelloop must overwrite (the authoritative entropy
+    score): the agent's value must not survive anywhere in the forwarded span.
+    """
+    span = trace_pb2.Span.FromString(span_bytes)
+    kept = [kv for kv in span.attributes if kv.key not in replacements]
+    del span.attributes[:]
+    span.attributes.extend(kept)
+    return span.SerializeToString() + encode_span_attributes(replacements)
+
+
+def splice(data: bytes, additions: dict[tuple[int, int, int], bytes],
+           replacements: dict[tuple[int, int, int], dict[str, AttrValue]] | None = None) -> bytes:
+    """Return ``data`` with bytes appended to (and attributes replaced in) the spans at the given indexes.
+
+    Indexes are ``(resource_spans, scope_spans, span)`` positions as seen while iterating the request.
+    """
+    raw = RawRequest.FromString(data)
+    rss = raw.resource_spans
+    for (r, s, k), extra in additions.items():
+        spans = rss[r].scope_spans[s].spans
+        spans[k] = spans[k] + extra
+    for (r, s, k), repl in (replacements or {}).items():
+        spans = rss[r].scope_spans[s].spans
+        spans[k] = replace_span_attributes(spans[k], repl)
+    return raw.SerializeToString()
+
+
+def count_spans(view: Any) -> int:
+    return sum(len(ss.spans) for rs in view.resource_spans for ss in rs.scope_spans)

@@ -1,0 +1,258 @@
+"""The processing of one OTLP request: decode → map → detect → enrich.
+
+This is the only module that knows every stage. It is split in two phases so a receiver can refuse a
+request after decoding it and before anything changes: :meth:`Pipeline.decode` is free of side effects
+on detector state, :meth:`Pipeline.process` updates sessions and returns the bytes to forward. ``serve``
+and ``analyze`` both use it, so the same input gives the same findings live and offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from otelloop.config import Config, build_config
+from otelloop.detectors.base import StepContext
+from otelloop.detectors.engine import DetectorEngine
+from otelloop.mapping.mapper import Mapper
+from otelloop.model import AttrValue, Finding, Step
+from otelloop.otlp import wire
+from otelloop.state import Session, SessionStore
+from otelloop.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+Position = tuple[int, int, int]
+FindingSink = Callable[[Step, Finding], None]
+
+
+class InvalidRequest(ValueError):
+    """The request could not be decoded; the message says why (sent back to the client)."""
+
+
+@dataclass(slots=True)
+class Decoded:
+    """A decoded request and the steps found in it, before any state has changed."""
+
+    data: bytes
+    view: Any
+    spans: int
+    steps: list[tuple[Position, Step, Any]]
+    mapping_errors: list[str]
+
+
+@dataclass(slots=True)
+class Processed:
+    """What became of a request: the bytes to forward and what was found."""
+
+    data: bytes
+    spans: int
+    steps: int
+    modified: bool
+    findings: list[tuple[Step, Finding]] = field(default_factory=list)
+
+
+class Pipeline:
+    """Decode, map, detect and enrich OTLP trace requests.
+
+    Args:
+        config: configuration in force.
+        metrics: where to count steps, findings, tokens and errors (a private registry if omitted).
+        clock: monotonic clock for session recency (injectable for tests).
+    """
+
+    def __init__(self, config: Config | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config or build_config({}, env={})
+        self.metrics = metrics or Metrics()
+        self.mapper = Mapper(self.config)
+        self.engine = DetectorEngine(self.config.detectors, on_error=self._detector_failed)
+        self.store = SessionStore(self.config.state.max_sessions, self.config.state.idle_timeout,
+                                  on_evict=self._evicted, clock=clock)
+        self.finding_sinks: list[FindingSink] = []
+
+    # -- configuration -----------------------------------------------------------------------------
+
+    def reconfigure(self, config: Config) -> None:
+        """Apply a reloaded configuration from the next step on (listeners and exporter are not changed)."""
+        self.config = config
+        self.mapper = Mapper(config)
+        self.engine.reconfigure(config.detectors)
+        self.store.resize(config.state.max_sessions, config.state.idle_timeout)
+
+    # -- phase 1: decode and map (no state changes) ------------------------------------------------
+
+    def decode(self, data: bytes) -> Decoded:
+        """Parse an ``ExportTraceServiceRequest`` and map its spans to steps.
+
+        Raises:
+            InvalidRequest: the bytes are not a valid request.
+        """
+        try:
+            view = wire.ViewRequest.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as e:
+            raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
+        mapper = self.mapper
+        steps: list[tuple[Position, Step, Any]] = []
+        errors: list[str] = []
+        spans = 0
+        for r, rs in enumerate(view.resource_spans):
+            res_attrs = rs.resource.attributes
+            res_present = mapper.resource_keys(res_attrs)
+            service = res_attrs["service.name"].string_value if "service.name" in res_attrs else ""
+            for s, ss in enumerate(rs.scope_spans):
+                span_list = ss.spans
+                spans += len(span_list)
+                for k, span in enumerate(span_list):
+                    step = mapper.map_span(span, res_attrs, res_present, service, errors)
+                    if step is not None:
+                        steps.append(((r, s, k), step, span))
+        steps.sort(key=_start_time)
+        return Decoded(data, view, spans, steps, errors)
+
+    # -- phase 2: detect and enrich ----------------------------------------------------------------
+
+    def process(self, decoded: Decoded) -> Processed:
+        """Run the detectors over the request's steps and return the (possibly enriched) bytes."""
+        if decoded.mapping_errors:
+            for fld, n in Counter(decoded.mapping_errors).items():
+                self.metrics.mapping_errors.labels(fld).inc(n)
+        if not decoded.steps:
+            return Processed(decoded.data, decoded.spans, 0, False)
+        additions: dict[Position, bytes] = {}
+        replacements: dict[Position, dict[str, AttrValue]] = {}
+        findings: list[tuple[Step, Finding]] = []
+        usage = _Usage(self.metrics)
+        langfuse = self.config.enrich.langfuse_attributes
+        for pos, step, span in decoded.steps:
+            session = self._session_for(step)
+            ctx = self.engine.observe(session, step)
+            usage.add(step, ctx)
+            _remember_scores(session, ctx)
+            extra = self._encode(step, ctx, langfuse)
+            if extra:
+                additions[pos] = extra
+            if ctx.overwrites:
+                present = {k: v for k, v in ctx.overwrites.items() if k in span.attributes}
+                if present:
+                    replacements[pos] = present
+            for finding in ctx.findings:
+                findings.append((step, finding))
+        usage.flush()
+        for step, finding in findings:
+            for sink in self.finding_sinks:
+                sink(step, finding)
+        data = wire.splice(decoded.data, additions, replacements) if additions or replacements else decoded.data
+        return Processed(data, decoded.spans, len(decoded.steps), data is not decoded.data, findings)
+
+    def _session_for(self, step: Step) -> Session:
+        session = self.store.touch(step.session)
+        if session.steps == 0:
+            session.first_start_ns = step.start_ns
+        session.steps += 1
+        session.agent = step.agent or session.agent
+        session.service = step.service or session.service
+        session.last_end_ns = max(session.last_end_ns, step.end_ns)
+        session.cost_usd += step.cost_usd
+        session.input_tokens += step.input_tokens
+        session.output_tokens += step.output_tokens
+        return session
+
+    def _encode(self, step: Step, ctx: StepContext, langfuse: bool) -> bytes:
+        out = wire.encode_span_attributes(ctx.attributes) if ctx.attributes else b""
+        if not ctx.findings:
+            return out
+        common = {"otelloop.session_id": ctx.session_id, "otelloop.agent_id": ctx.agent_id}
+        for f in ctx.findings:
+            attrs: dict[str, AttrValue] = {"otelloop.detector": f.detector, "otelloop.severity": f.severity,
+                                           **common, **f.attributes}
+            out += wire.encode_span_event(f.event, step.end_ns or step.start_ns, attrs)
+        if langfuse:
+            out += wire.encode_span_attributes({
+                "langfuse.observation.level": "WARNING",
+                "langfuse.observation.status_message": "; ".join(f.message or f.event for f in ctx.findings)})
+        return out
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def _detector_failed(self, name: str) -> None:
+        self.metrics.detector_errors.labels(name).inc()
+
+    def _evicted(self, session: Session, reason: str) -> None:
+        self.metrics.sessions_evicted.labels(reason).inc()
+
+    def verdict_counts(self) -> dict[str, int]:
+        return Counter(s.verdict for s in self.store)
+
+
+def _start_time(item: tuple[Position, Step, Any]) -> int:
+    return item[1].start_ns
+
+
+def _remember_scores(session: Session, ctx: StepContext) -> None:
+    attrs = ctx.attributes
+    for key in ("otelloop.loop_score", "otelloop.entropy_score"):
+        value = attrs.get(key)
+        if isinstance(value, (int, float)):
+            if session.scores is None:
+                session.scores = {}
+            session.scores[key.removeprefix("otelloop.")] = float(value)
+
+
+class _Usage:
+    """Per-request aggregation of step metrics, flushed once, so the hot path does not touch labels."""
+
+    __slots__ = ("metrics", "steps", "tokens_in", "tokens_out", "cost", "findings", "entropy")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.steps: Counter[tuple[str, str]] = Counter()
+        self.tokens_in: Counter[tuple[str, str]] = Counter()
+        self.tokens_out: Counter[tuple[str, str]] = Counter()
+        self.cost: Counter[tuple[str, str]] = Counter()
+        self.findings: Counter[tuple[str, str, str, str]] = Counter()
+        self.entropy: list[float] = []
+
+    def add(self, step: Step, ctx: StepContext) -> None:
+        self.steps[(step.kind, step.service)] += 1
+        if step.input_tokens or step.output_tokens or step.cost_usd:
+            key = (step.service, step.model or "")
+            self.tokens_in[key] += step.input_tokens
+            self.tokens_out[key] += step.output_tokens
+            self.cost[key] += step.cost_usd
+        for f in ctx.findings:
+            self.findings[(f.detector, f.finding, f.severity, step.service)] += 1
+        score = ctx.attributes.get("otelloop.entropy_score")
+        if isinstance(score, float):
+            self.entropy.append(score)
+
+    def flush(self) -> None:
+        m = self.metrics
+        svc, model = m.service_label, m.model_label
+        for (kind, service), n in self.steps.items():
+            m.steps.labels(kind, svc(service)).inc(n)
+        for key, n in self.tokens_in.items():
+            if n:
+                m.tokens.labels("input", svc(key[0]), model(key[1])).inc(n)
+        for key, n in self.tokens_out.items():
+            if n:
+                m.tokens.labels("output", svc(key[0]), model(key[1])).inc(n)
+        for key, usd in self.cost.items():
+            if usd:
+                m.cost.labels(svc(key[0]), model(key[1])).inc(usd)
+        for (detector, finding, severity, service), n in self.findings.items():
+            m.findings.labels(detector, finding, severity, svc(service)).inc(n)
+        for score in self.entropy:
+            m.entropy_score.observe(score)
+
+
+def map_request(data: bytes, config: Config | None = None) -> list[Step]:
+    """The steps otelloop sees in one serialised request, in processing order (no detection)."""
+    pipeline = Pipeline(config)
+    return [step for _, step, _ in pipeline.decode(data).steps]

