@@ -586,9 +586,10 @@ def apply_otlp_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any
         v = env.get(f"OTEL_EXPORTER_OTLP_{name}")
         return (v, False) if v else (None, False)
 
-    exporter = dict(raw.get("exporter") or {}) if isinstance(raw.get("exporter"), Mapping) else raw.get("exporter")
-    if not isinstance(exporter, dict):
-        return raw
+    current = raw.get("exporter")
+    if current is not None and not isinstance(current, Mapping):
+        return raw  # reported by validation
+    exporter = dict(current or {})
     protocol, _ = get("PROTOCOL")
     if protocol and "protocol" not in exporter:
         exporter["protocol"] = "grpc" if protocol == "grpc" else "http/protobuf"
@@ -619,7 +620,7 @@ def apply_otlp_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any
         tls = dict(exporter.get("tls") or {})
         tls.setdefault("ca_file", certificate)
         exporter["tls"] = tls
-    if exporter or "exporter" in raw:
+    if exporter or current is not None:
         raw = dict(raw, exporter=exporter)
     return raw
 

@@ -1,1 +1,263 @@
-"""The drift detector (being written)."""
+"""The ``drift`` detector (SPEC §4.3, seed 001): a coding agent going round in circles on files and commands.
+
+This module owns the ``read_loop``, ``edit_revert`` and ``test_fail_loop`` patterns over the session's
+last ``window`` steps, their EMA trend, per-pattern cooldown and soft/hard escalation, the
+``otelloop.drift`` event and this detector's ``nudge`` vote. Which tools read, write or execute is
+decided upstream by :mod:`otelloop.mapping.tools` (``mapping.tools`` in the configuration); this
+module only sees ``Step.tool_class``, ``file_path``, ``command`` and the content hashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+from pydantic import Field
+
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import register
+from otelloop.model import Finding, Step
+
+#: Pattern names, in the order of the per-pattern lists in :class:`DriftState`.
+PATTERNS: tuple[str, ...] = ("read_loop", "edit_revert", "test_fail_loop")
+READ_LOOP, EDIT_REVERT, TEST_FAIL_LOOP = range(3)
+#: Longest file path or command put on an event; commands can be whole scripts.
+MAX_TARGET_CHARS = 512
+
+
+class DriftConfig(DetectorConfig):
+    """``detectors.drift``. Tool classes are configured under ``mapping.tools``.
+
+    Attributes:
+        window: how many recent steps of the session (of any kind) a pattern may span. Default: 20.
+        read_loop_threshold: reads of one unchanged file that make a read loop. Default: 3.
+        test_fail_threshold: consecutive failed runs of one command with the same error signature
+            that make a test-fail loop. Default: 3.
+        ema_alpha: weight of the current step in each pattern's moving average. Default: 0.3.
+        cooldown_steps: steps after an alert during which the same pattern does not alert again
+            (an alert at step t allows the next at t + cooldown_steps + 1). Default: 5.
+        escalation_ema: an alert is ``hard`` (and votes ``nudge``) when its pattern's average is above
+            this, else ``soft``. Default: 0.5.
+    """
+
+    window: int = Field(20, ge=1)
+    read_loop_threshold: int = Field(3, ge=1)
+    test_fail_threshold: int = Field(3, ge=1)
+    ema_alpha: float = Field(0.3, gt=0.0, le=1.0)
+    cooldown_steps: int = Field(5, ge=0)
+    escalation_ema: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class _Read(NamedTuple):
+    index: int
+    target: int
+
+
+class _Write(NamedTuple):
+    index: int
+    target: int
+    #: whether the write changed the file's content as far as known (unknown counts as changed)
+    changed: bool
+    #: content hash of the file after the write; None when unknown (after a replace-style edit)
+    version: int | None
+    #: (old, new) hashes of a replace-style edit
+    old: int | None
+    new: int | None
+
+
+class _Run(NamedTuple):
+    index: int
+    target: int
+    failed: bool
+    signature: str | None
+
+
+class _Hit(NamedTuple):
+    """A pattern completed by the current step."""
+
+    pattern: int
+    target: str
+    count: int
+
+
+class DriftState:
+    """The file and command steps of the session's window, and each pattern's trend.
+
+    Only file and command steps are stored, each with its step index, so a session of a non-coding
+    agent costs a few numbers; the lists are created on first use and hold at most ``window`` entries
+    between them (one per step), dropped as they leave the window.
+    """
+
+    __slots__ = ("steps", "reads", "writes", "runs", "ema", "last_alert", "nudging")
+
+    def __init__(self) -> None:
+        #: steps of the session seen so far (all kinds); the index of the current step
+        self.steps = 0
+        self.reads: list[_Read] | None = None
+        self.writes: list[_Write] | None = None
+        self.runs: list[_Run] | None = None
+        #: per pattern (see :data:`PATTERNS`): moving average of "the pattern held at this step"
+        self.ema = [0.0, 0.0, 0.0]
+        #: per pattern: step index of its last alert
+        self.last_alert: list[int | None] = [None, None, None]
+        #: whether this detector's ``nudge`` vote is in force
+        self.nudging = False
+
+
+@register
+class DriftDetector(Detector):
+    """Alerts on read loops, reverted edits and commands failing the same way, softly then hard.
+
+    A pattern is judged only at the step that completes it, never by rescanning the window, so one
+    episode does not alert again from stale history. The moving average tells a one-off from a
+    trend: a ``hard`` alert votes ``nudge`` with a message the agent can follow, and the vote is
+    withdrawn once every pattern's average has fallen back to the escalation level.
+    """
+
+    name: ClassVar[str] = "drift"
+    Config: ClassVar[type[DetectorConfig]] = DriftConfig
+    config: DriftConfig
+
+    def new_state(self) -> DriftState:
+        return DriftState()
+
+    def observe(self, state: DriftState, step: Step, ctx: StepContext) -> None:
+        cfg = self.config
+        state.steps += 1
+        _forget(state, state.steps - cfg.window)
+        hit = self._judge(state, step)
+        alpha = cfg.ema_alpha
+        for i, ema in enumerate(state.ema):
+            x = 1.0 if hit is not None and hit.pattern == i else 0.0
+            state.ema[i] = alpha * x + (1.0 - alpha) * ema
+        if hit is not None and self._cooled_down(state, hit.pattern):
+            self._alert(state, hit, ctx)
+        elif state.nudging and max(state.ema) <= cfg.escalation_ema:
+            state.nudging = False
+            ctx.vote(self.name, "continue")
+
+    def _judge(self, state: DriftState, step: Step) -> _Hit | None:
+        """Record a file or command step and return the pattern it completes, if any."""
+        if step.tool_class == "read" and step.file_path:
+            return self._read(state, step.file_path)
+        if step.tool_class == "write" and step.file_path:
+            return _write(state, step)
+        if step.tool_class == "exec" and step.command:
+            return self._run(state, step)
+        return None
+
+    def _read(self, state: DriftState, path: str) -> _Hit | None:
+        """A read completes a read loop when the file was read often enough since it last changed."""
+        target = hash(path)
+        since = max((w.index for w in state.writes or () if w.target == target and w.changed), default=0)
+        count = 1 + sum(1 for r in state.reads or () if r.target == target and r.index > since)
+        if state.reads is None:
+            state.reads = []
+        state.reads.append(_Read(state.steps, target))
+        return _Hit(READ_LOOP, path, count) if count >= self.config.read_loop_threshold else None
+
+    def _run(self, state: DriftState, step: Step) -> _Hit | None:
+        """A run completes a test-fail loop when the command's trailing runs all failed the same way."""
+        command = step.command or ""
+        run = _Run(state.steps, hash(command), step.outcome == "error", step.error_signature)
+        if state.runs is None:
+            state.runs = []
+        state.runs.append(run)
+        if not run.failed:
+            return None
+        streak = 0
+        for earlier in reversed(state.runs):
+            if earlier.target != run.target:
+                continue
+            if not earlier.failed or earlier.signature != run.signature:
+                break
+            streak += 1
+        return _Hit(TEST_FAIL_LOOP, command, streak) if streak >= self.config.test_fail_threshold else None
+
+    def _cooled_down(self, state: DriftState, pattern: int) -> bool:
+        last = state.last_alert[pattern]
+        return last is None or state.steps - last > self.config.cooldown_steps
+
+    def _alert(self, state: DriftState, hit: _Hit, ctx: StepContext) -> None:
+        state.last_alert[hit.pattern] = state.steps
+        ema = state.ema[hit.pattern]
+        hard = ema > self.config.escalation_ema
+        escalation = "hard" if hard else "soft"
+        pattern = PATTERNS[hit.pattern]
+        target = _shorten(hit.target)
+        ctx.report(Finding(
+            detector=self.name,
+            event="otelloop.drift",
+            severity="loop" if hard else "warn",
+            attributes={
+                "otelloop.drift.pattern": pattern,
+                "otelloop.drift.target": target,
+                "otelloop.drift.ema": ema,
+                "otelloop.drift.escalation": escalation,
+            },
+            message=f"drift {pattern} on {target!r}: {escalation} (EMA {ema:.3g})",
+        ))
+        if hard:
+            state.nudging = True
+            ctx.vote(self.name, "nudge", f"drift {pattern}", _nudge_message(hit.pattern, target, hit.count))
+
+    def summary(self, state: DriftState) -> dict[str, Any]:
+        return {
+            "steps": state.steps,
+            "ema": dict(zip(PATTERNS, state.ema)),
+            "last_alert_step": dict(zip(PATTERNS, state.last_alert)),
+            "window_entries": sum(len(entries or ()) for entries in (state.reads, state.writes, state.runs)),
+        }
+
+
+def _write(state: DriftState, step: Step) -> _Hit | None:
+    """Record a write and return an ``edit_revert`` hit when it restores earlier content of the file.
+
+    A full write reverts when its content hash is a version the file had earlier in the window other
+    than its current one; a replace-style edit reverts when it is the inverse (new → old) of an
+    earlier edit of the file. A write whose effect is unknown counts as a change, which ends a read
+    loop but never makes a revert.
+    """
+    path = step.file_path or ""
+    target = hash(path)
+    earlier = [w for w in state.writes or () if w.target == target]
+    current = earlier[-1].version if earlier else None
+    old, new = step.edit_old_hash, step.edit_new_hash
+    reverted = False
+    if step.content_hash is not None:
+        version: int | None = step.content_hash
+        changed = version != current
+        reverted = changed and any(w.version == version for w in earlier)
+    elif old is not None and new is not None:
+        changed = old != new
+        version = None if changed else current
+        reverted = changed and any(w.old == new and w.new == old for w in earlier)
+    else:
+        changed, version = True, None
+    if state.writes is None:
+        state.writes = []
+    state.writes.append(_Write(state.steps, target, changed, version, old, new))
+    return _Hit(EDIT_REVERT, path, 1) if reverted else None
+
+
+def _forget(state: DriftState, horizon: int) -> None:
+    """Drop the entries of steps at or before ``horizon`` (they have left the window)."""
+    for entries in (state.reads, state.writes, state.runs):
+        if entries and entries[0].index <= horizon:
+            keep = next((i for i, e in enumerate(entries) if e.index > horizon), len(entries))
+            del entries[:keep]
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_TARGET_CHARS else text[:MAX_TARGET_CHARS - 3] + "..."
+
+
+def _nudge_message(pattern: int, target: str, count: int) -> str:
+    """An instruction the agent can be given verbatim."""
+    if pattern == READ_LOOP:
+        return (f"You have read {target} {count} times without changing it. Its content is what you "
+                "already read: use it, then edit the file or move on to the next step.")
+    if pattern == EDIT_REVERT:
+        return (f"You have reverted {target} to an earlier version, undoing your own change. Decide which "
+                "version is right and keep it instead of switching back and forth.")
+    return (f"The command `{target}` has failed {count} times in a row with the same error. Running it "
+            "again will not help: read the error, change the code or the command, then run it.")

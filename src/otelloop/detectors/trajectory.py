@@ -58,7 +58,7 @@ SCORE_DECIMALS = 6
 
 
 class TrajectoryWeights(BaseModel):
-    """Score added per loop type, multiplied by that type's confidence.
+    """Score added per loop type, multiplied by that type's confidence; 0 disables a type.
 
     Attributes:
         stutter: type I. Default: 2.0.
@@ -218,7 +218,8 @@ class TrajectoryDetector(Detector):
             "phantom_progress": _phantom_signal(state.phantom_run),
             "ping_pong": _ping_pong([*history, entry], state.multi_agent),
         }
-        return {kind: signal for kind, signal in found.items() if signal is not None}
+        weights = self.config.weights
+        return {kind: signal for kind, signal in found.items() if signal is not None and getattr(weights, kind) > 0}
 
     def _semantic_repeat(self, history: deque[_Entry], entry: _Entry) -> _Signal | None:
         """Type II: similar to >= 3 earlier descriptors; confidence is their mean similarity."""

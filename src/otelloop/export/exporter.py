@@ -27,6 +27,9 @@ _MIB = 1024 * 1024
 #: Values of ``otelloop_spans_export_failed_total{reason}``; nothing else is ever used.
 FAILURE_REASONS = ("rejected", "partial_success", "too_large", "shutdown")
 
+#: Status of a batch refused before sending because no upstream would take it (over 64 MiB).
+_TOO_LARGE = "TOO_LARGE"
+
 #: While an outage lasts, a reminder is logged this often (seconds) besides its start and end.
 OUTAGE_REMINDER_INTERVAL = 300.0
 
@@ -177,36 +180,54 @@ class Exporter:
         return lost
 
     async def _run(self) -> None:
+        """Deliver the head of the queue, batch after batch, in arrival order.
+
+        When the upstream permanently rejects a coalesced batch, its requests are sent again one by one,
+        so one malformed request costs only its own spans and not those it happened to be batched with.
+        """
+        alone = 0  # requests still to be sent one at a time after such a rejection
         while True:
-            batch = self._queue.peek_batch(self._max_batch_bytes)
+            batch = self._queue.peek_batch(0 if alone else self._max_batch_bytes)
             if batch is None:
                 if self._closing:
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            await self._deliver(batch)
+            result = await self._deliver(batch)
+            if result.outcome is Outcome.PERMANENT and batch.requests > 1:
+                self._throttled("split", logging.INFO, f"{self._client.description} rejected a batch of "
+                                f"{batch.requests} requests ({result.status}); sending them one by one")
+                alone = batch.requests
+                continue
+            self._settle(batch, result)
             self._queue.ack(batch)
+            alone = max(alone - 1, 0)
             self._update_gauge()
 
-    async def _deliver(self, batch: Batch) -> None:
-        """Send one batch until it is delivered or permanently refused; retryable failures never end."""
+    async def _deliver(self, batch: Batch) -> AttemptResult:
+        """Send one batch until it succeeds or is refused for good; retryable failures never end it."""
         if len(batch.data) > MAX_MESSAGE_BYTES:
-            self._drop(batch.spans, "too_large", f"request of {len(batch.data)} bytes exceeds "
-                                                 f"the {MAX_MESSAGE_BYTES // _MIB} MiB limit")
-            return
+            return AttemptResult(Outcome.PERMANENT, _TOO_LARGE, f"{len(batch.data)} bytes exceed the "
+                                                                 f"{MAX_MESSAGE_BYTES // _MIB} MiB request limit")
         backoff = Backoff(self._cfg.retry_initial_interval, self._cfg.retry_max_interval)
         while True:
             result = await self._attempt(batch.data)
-            if result.outcome is Outcome.SUCCESS:
-                self._delivered(batch, result)
-                return
-            if result.outcome is Outcome.PERMANENT:
-                self._drop(batch.spans, "rejected", f"{self._client.description} answered "
-                                                    f"{result.status}{_suffix(result.message)}")
-                return
+            if result.outcome is not Outcome.RETRYABLE:
+                return result
             self._outage.failed(result, self._queue.queued_spans, self._queue.capacity_spans)
             await asyncio.sleep(backoff.next(result.delay))
+
+    def _settle(self, batch: Batch, result: AttemptResult) -> None:
+        """Account for a batch that leaves the queue: delivered (perhaps partly) or dropped."""
+        if result.outcome is Outcome.SUCCESS:
+            self._delivered(batch, result)
+        elif result.status == _TOO_LARGE:
+            self._drop(batch.spans, "too_large", f"request not sent to {self._client.description}: "
+                                                 f"{result.message}")
+        else:
+            self._drop(batch.spans, "rejected", f"{self._client.description} answered "
+                                                f"{result.status}{_suffix(result.message)}")
 
     async def _attempt(self, data: bytes) -> AttemptResult:
         """One export call, timed; an unexpected error is treated as retryable so data is kept."""

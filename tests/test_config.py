@@ -1,0 +1,109 @@
+"""Configuration: SPEC §1 defaults, errors that name the key path, env vars, upstream URLs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from otelloop.cli import main
+from otelloop.config import ConfigError, build_config, parse_upstream
+
+
+def test_defaults_match_spec() -> None:
+    cfg = build_config({}, env={})
+    assert cfg.receiver.grpc.endpoint == "0.0.0.0:4317" and cfg.receiver.grpc.max_request_mib == 64
+    assert cfg.receiver.http.endpoint == "0.0.0.0:4318" and cfg.receiver.http.max_request_mib == 64
+    assert cfg.receiver.auth.bearer_tokens == []
+    assert cfg.exporter.endpoint is None and cfg.exporter.protocol == "grpc"
+    assert cfg.exporter.compression == "gzip" and cfg.exporter.timeout == 10.0
+    assert cfg.exporter.queue_spans == 100_000 and cfg.exporter.persistent_dir is None
+    assert cfg.admin.endpoint == "0.0.0.0:9464" and cfg.admin.token is None
+    assert (cfg.state.group_by, cfg.state.max_sessions, cfg.state.idle_timeout) == ("trace", 100_000, 1800.0)
+    assert set(cfg.detectors) == {"divergence", "rate", "drift", "entropy", "stall", "trajectory"}
+    assert all(d.enabled for d in cfg.detectors.values())
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"detectors": {"entropy": {"window": "x"}}}, 'detectors.entropy.window: must be an integer >= 1, got "x"'),
+    ({"state": {"max_sessions": 0}}, "state.max_sessions: must be an integer >= 1, got 0"),
+    ({"state": {"idle_timeout": "soon"}}, 'state.idle_timeout: must be a duration like 30s, 10m or 1h'),
+    ({"state": {"group_by": "user"}}, 'state.group_by: must be one of "trace", "session", got "user"'),
+    ({"receiver": {"grpc": {"endpoint": "nowhere"}}}, "receiver.grpc.endpoint: must be host:port"),
+    ({"receiver": {"grpc": {"bogus": 1}}}, "receiver.grpc.bogus: unknown key"),
+    ({"surprise": True}, "surprise: unknown key"),
+    ({"detectors": {"nope": {}}}, "detectors.nope: unknown detector"),
+    ({"exporter": {"endpoint": "ftp://x:1"}}, "exporter.endpoint: unsupported scheme 'ftp'"),
+    ({"exporter": {"compression": "zstd"}}, 'exporter.compression: must be one of "gzip", "none", got "zstd"'),
+    ({"pricing": {"gpt-4o": {"input_per_mtok": -1}}}, "pricing.gpt-4o.input_per_mtok: must be a number >= 0"),
+], ids=["type", "range", "duration", "enum", "endpoint", "unknown-nested", "unknown-top", "unknown-detector",
+        "upstream-scheme", "compression", "pricing"])
+def test_errors_name_the_key_path(raw: dict, expected: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        build_config(raw, env={})
+    assert any(line.startswith(expected) for line in e.value.errors), e.value.errors
+
+
+def test_all_errors_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as e:
+        build_config({"state": {"max_sessions": -1}, "admin": {"bogus": 1}, "detectors": {"rate": {"x": 1}}}, env={})
+    assert len(e.value.errors) == 3
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("10m", 600), ("1h", 3600), ("250ms", 0.25), (5, 5)])
+def test_durations(text: object, seconds: float) -> None:
+    assert build_config({"state": {"idle_timeout": text}}, env={}).state.idle_timeout == seconds
+
+
+@pytest.mark.parametrize("url, protocol, expected", [
+    ("collector:4317", "grpc", ("grpc", "collector:4317", False)),
+    ("grpc://collector:4317", "grpc", ("grpc", "collector:4317", False)),
+    ("grpcs://collector:4317", "grpc", ("grpc", "collector:4317", True)),
+    ("http://phoenix:6006", "grpc", ("http/protobuf", "http://phoenix:6006/v1/traces", False)),
+    ("https://lf.example/api/public/otel/v1/traces", "grpc",
+     ("http/protobuf", "https://lf.example/api/public/otel/v1/traces", True)),
+    ("phoenix:6006", "http/protobuf", ("http/protobuf", "http://phoenix:6006/v1/traces", False)),
+])
+def test_upstream_urls(url: str, protocol: str, expected: tuple) -> None:
+    assert parse_upstream(url, protocol) == expected
+
+
+def test_otlp_env_vars_signal_specific_wins() -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://generic:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/custom",
+           "OTEL_EXPORTER_OTLP_HEADERS": "api-key=secret,x-team=a%20b", "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+           "OTEL_EXPORTER_OTLP_COMPRESSION": "none"}
+    ex = build_config({}, env=env).exporter
+    assert ex.endpoint == "http://traces:4318/custom" and ex.protocol == "http/protobuf"
+    assert ex.headers == {"api-key": "secret", "x-team": "a b"}
+    assert ex.timeout == 2.5 and ex.compression == "none"
+
+
+def test_otlp_env_generic_endpoint_gets_signal_path_and_file_wins() -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://generic:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+    assert build_config({}, env=env).exporter.endpoint == "http://generic:4318/v1/traces"
+    file_wins = build_config({"exporter": {"endpoint": "grpc://mine:4317"}}, env=env).exporter
+    assert file_wins.endpoint == "grpc://mine:4317"
+
+
+def test_rate_thresholds_accept_infinity() -> None:
+    cfg = build_config({"detectors": {"rate": {"cost_usd_per_second": float("inf")}}}, env={})
+    assert math.isinf(cfg.detectors["rate"].cost_usd_per_second)
+
+
+def test_check_config_prints_effective_config_and_masks_secrets(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("exporter:\n  endpoint: grpc://up:4317\n  headers: {api-key: hunter2}\nadmin: {token: s3cret}\n")
+    result = CliRunner().invoke(main, ["check-config", str(f)])
+    assert result.exit_code == 0, result.output
+    assert "grpc://up:4317" in result.output and "max_sessions: 100000" in result.output
+    assert "hunter2" not in result.output and "s3cret" not in result.output
+
+
+def test_check_config_rejects_with_key_path(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("detectors:\n  entropy: {window: x}\n")
+    result = CliRunner().invoke(main, ["check-config", str(f)])
+    assert result.exit_code == 2
+    assert 'detectors.entropy.window: must be an integer >= 1, got "x"' in result.output

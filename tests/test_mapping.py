@@ -1,0 +1,266 @@
+"""Span → step mapping for every convention of SPEC §3, wrong types counted and ignored."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from spans import kvs, request, span, tool_span
+
+from otelloop.config import build_config
+from otelloop.mapping.canonical import error_signature, normalise_error
+from otelloop.model import Step
+from otelloop.pipeline import Pipeline, map_request
+
+
+def one(attrs: dict[str, Any], name: str = "span", config: dict | None = None, **kw: Any) -> Step | None:
+    steps = map_request(request(span(name, attrs, **kw), resource=kw.pop("resource", None)),
+                        build_config(config or {}, env={}))
+    return steps[0] if steps else None
+
+
+@pytest.mark.parametrize("attrs, kind", [
+    ({"otelloop.step.kind": "tool"}, "tool"),
+    ({"otelloop.step.kind": "ignore", "gen_ai.operation.name": "chat"}, None),
+    ({"gen_ai.operation.name": "execute_tool"}, "tool"),
+    ({"gen_ai.operation.name": "retrieval"}, "tool"),
+    ({"gen_ai.operation.name": "search_memory"}, "tool"),
+    ({"gen_ai.operation.name": "chat"}, "llm"),
+    ({"gen_ai.operation.name": "text_completion"}, "llm"),
+    ({"gen_ai.operation.name": "generate_content"}, "llm"),
+    ({"gen_ai.operation.name": "embeddings"}, "llm"),
+    ({"gen_ai.operation.name": "invoke_agent"}, "system"),
+    ({"gen_ai.operation.name": "create_agent"}, "system"),
+    ({"gen_ai.operation.name": "invoke_workflow"}, "system"),
+    ({"gen_ai.operation.name": "plan"}, "system"),
+    ({"gen_ai.operation.name": "chain"}, "system"),
+    ({"gen_ai.operation.name": "execute_task"}, "system"),
+    ({"openinference.span.kind": "TOOL"}, "tool"),
+    ({"openinference.span.kind": "RETRIEVER"}, "tool"),
+    ({"openinference.span.kind": "RERANKER"}, "tool"),
+    ({"openinference.span.kind": "LLM"}, "llm"),
+    ({"openinference.span.kind": "EMBEDDING"}, "llm"),
+    ({"openinference.span.kind": "AGENT"}, "system"),
+    ({"openinference.span.kind": "CHAIN"}, "system"),
+    ({"openinference.span.kind": "GUARDRAIL"}, "system"),
+    ({"openinference.span.kind": "EVALUATOR"}, "system"),
+    ({"traceloop.span.kind": "tool"}, "tool"),
+    ({"traceloop.span.kind": "workflow"}, "system"),
+    ({"traceloop.span.kind": "task"}, "system"),
+    ({"traceloop.span.kind": "agent"}, "system"),
+    ({"llm.request.type": "chat"}, "llm"),
+    ({"langsmith.span.kind": "tool"}, "tool"),
+    ({"langsmith.span.kind": "retriever"}, "tool"),
+    ({"langsmith.span.kind": "llm"}, "llm"),
+    ({"langsmith.span.kind": "embedding"}, "llm"),
+    ({"langsmith.span.kind": "chain"}, "system"),
+    ({"langfuse.observation.type": "tool"}, "tool"),
+    ({"langfuse.observation.type": "generation"}, "llm"),
+    ({"langfuse.observation.type": "agent"}, "system"),
+    ({"langfuse.observation.type": "chain"}, "system"),
+    ({"gen_ai.tool.name": "x"}, "tool"),
+    ({"gen_ai.tool.call.id": "call_1"}, "tool"),
+    ({"gen_ai.request.model": "gpt-4o"}, "llm"),
+    ({"llm.model_name": "gpt-4o"}, "llm"),
+    ({"logfire.span_type": "pending_span", "gen_ai.operation.name": "chat"}, None),
+    ({"http.method": "GET"}, None),
+    ({}, None),
+], ids=lambda v: json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v))
+def test_kind(attrs: dict, kind: str | None) -> None:
+    step = one(attrs)
+    assert (step.kind if step else None) == kind
+
+
+@pytest.mark.parametrize("attrs, span_name, expected", [
+    ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "a", "tool.name": "b"}, "x", "a"),
+    ({"openinference.span.kind": "TOOL", "tool.name": "b"}, "x", "b"),
+    ({"traceloop.span.kind": "tool", "traceloop.entity.name": "c"}, "c.tool", "c"),
+    ({"gen_ai.operation.name": "execute_tool"}, "execute_tool search_web", "search_web"),
+    ({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}, "chat m", "chat m"),
+    ({"gen_ai.operation.name": "invoke_agent"}, "invoke_agent planner", "invoke_agent planner"),
+], ids=["gen_ai", "openinference", "traceloop", "span-name", "llm", "system"])
+def test_name(attrs: dict, span_name: str, expected: str) -> None:
+    assert one(attrs, span_name).name == expected
+
+
+def test_session_by_trace_is_32_hex_digits() -> None:
+    step = one({"gen_ai.tool.name": "t", "session.id": "s-1"}, trace=0xABC)
+    assert step.session == format(0xABC, "032x")
+
+
+@pytest.mark.parametrize("attrs, resource, expected", [
+    ({"gen_ai.conversation.id": "a", "session.id": "b"}, {}, "a"),
+    ({"session.id": "b", "langfuse.session.id": "c"}, {}, "b"),
+    ({"langfuse.session.id": "c"}, {}, "c"),
+    ({"traceloop.association.properties.session_id": "d"}, {}, "d"),
+    ({"langsmith.trace.session_id": "e"}, {}, "e"),
+    ({}, {"session.id": "from-resource"}, "from-resource"),
+    ({}, {}, format(7, "032x")),
+], ids=["conversation", "session.id", "langfuse", "traceloop", "langsmith", "resource", "fallback-trace"])
+def test_session_by_session_attribute(attrs: dict, resource: dict, expected: str) -> None:
+    s = span("t", {"gen_ai.tool.name": "t", **attrs}, trace=7)
+    steps = map_request(request(s, resource=resource), build_config({"state": {"group_by": "session"}}, env={}))
+    assert steps[0].session == expected
+
+
+@pytest.mark.parametrize("attrs, resource, expected", [
+    ({"gen_ai.agent.id": "id1", "gen_ai.agent.name": "n"}, {}, "id1"),
+    ({"gen_ai.agent.name": "n", "agent.name": "m"}, {}, "n"),
+    ({"agent.name": "m"}, {}, "m"),
+    ({}, {"gen_ai.agent.name": "res-agent"}, "res-agent"),
+    ({}, {}, "agent-svc"),
+], ids=["agent.id", "agent.name", "openinference", "resource", "service.name"])
+def test_agent(attrs: dict, resource: dict, expected: str) -> None:
+    s = span("t", {"gen_ai.tool.name": "t", **attrs})
+    assert map_request(request(s, resource=resource))[0].agent == expected
+
+
+@pytest.mark.parametrize("attrs, expected", [
+    ({"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}, "planner"),
+    ({"openinference.span.kind": "AGENT", "graph.node.id": "coder"}, "coder"),
+    ({"openinference.span.kind": "CHAIN", "metadata": json.dumps({"langgraph_node": "tools", "x": 1})}, "tools"),
+    ({"traceloop.span.kind": "task", "traceloop.entity.name": "review"}, "review"),
+    ({"openinference.span.kind": "CHAIN"}, "span"),
+], ids=["gen_ai.agent.name", "graph.node.id", "langgraph-metadata", "traceloop", "span-name"])
+def test_node_of_system_steps(attrs: dict, expected: str) -> None:
+    assert one(attrs).node == expected
+
+
+def test_args_hash_is_canonical_across_emitters() -> None:
+    a = tool_span(args='{"query": "weather", "page": 1}')
+    b = tool_span(args='{ "page": 1,\n "query": "weather" }')
+    c = tool_span(args='{"query": "weather", "page": 2}')
+    d = span("t", {"openinference.span.kind": "TOOL", "tool.name": "search_web",
+                   "input.value": '{"page":1,"query":"weather"}'})
+    steps = map_request(request(a, b, c, d))
+    assert steps[0].args_hash == steps[1].args_hash == steps[3].args_hash != steps[2].args_hash
+    assert steps[0].args_text == '{"page":1,"query":"weather"}'
+
+
+def test_args_keep_identifier_keys_but_outputs_drop_per_call_ids() -> None:
+    a = tool_span(args='{"id": 1}', result=json.dumps(
+        {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"],
+         "kwargs": {"content": "no results", "tool_call_id": "call_1", "id": "m1", "status": "success"}}))
+    b = tool_span(args='{"id": 2}', result=json.dumps(
+        {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"],
+         "kwargs": {"content": "no results", "tool_call_id": "call_2", "id": "m2", "status": "success"}}))
+    c = tool_span(args='{"id": 2}', result=json.dumps(
+        {"kwargs": {"content": "3 results", "tool_call_id": "call_3", "status": "success"}}))
+    s1, s2, s3 = map_request(request(a, b, c))
+    assert s1.args_hash != s2.args_hash
+    assert s1.output_hash == s2.output_hash != s3.output_hash
+
+
+@pytest.mark.parametrize("result, status, expected", [
+    ("ok", None, "success"),
+    (None, None, "empty"),
+    ("", None, "empty"),
+    ("null", None, "empty"),
+    ("[]", None, "empty"),
+    ("{}", None, "empty"),
+    ("ok", "boom", "error"),
+], ids=["success", "absent", "empty-string", "null", "empty-list", "empty-object", "status-error"])
+def test_outcome(result: str | None, status: str | None, expected: str) -> None:
+    steps = map_request(request(tool_span(result=result, error=status)))
+    assert steps[0].outcome == expected
+
+
+def test_error_type_makes_an_error_and_signatures_ignore_volatile_parts() -> None:
+    def failing(msg: str) -> Span:
+        ev = Span.Event(name="exception", attributes=kvs({"exception.type": "FileNotFoundError",
+                                                           "exception.message": msg}))
+        return tool_span(error="failed", events=[ev], attrs={"error.type": "FileNotFoundError"})
+    a, b, c = map_request(request(
+        failing("No such file: /tmp/pytest-17/run_3f9a2b/out.txt at line 42 (id 0xdeadbeef)"),
+        failing("No such file: /tmp/pytest-18/run_77aa00/out.txt at line 43 (id 0xfeedface)"),
+        failing("Permission denied: /etc/shadow")))
+    assert a.outcome == "error" and a.error_signature == b.error_signature != c.error_signature
+    assert normalise_error("took 12.5s for 3 items, run 5b8efff7-9803-8103-d269-b633813fc60c") == \
+        "took <n>s for <n> items, run <uuid>"
+    assert error_signature("x 1") == error_signature("x 2")
+
+
+def test_tokens_cost_and_price_table() -> None:
+    cfg = build_config({"pricing": {"gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10}}}, env={})
+    steps = map_request(request(
+        span("chat gpt-4o", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                             "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100}),
+        span("llm", {"openinference.span.kind": "LLM", "llm.model_name": "other", "llm.token_count.prompt": 7,
+                     "llm.token_count.completion": 3, "llm.cost.total": 0.25}),
+        span("chat", {"gen_ai.operation.name": "chat", "gen_ai.usage.prompt_tokens": 5,
+                      "gen_ai.usage.completion_tokens": 6, "gen_ai.usage.cost": 0.5, "operation.cost": 9.0}),
+    ), cfg)
+    assert (steps[0].input_tokens, steps[0].output_tokens) == (1000, 100)
+    assert steps[0].cost_usd == pytest.approx(0.0035)
+    assert (steps[1].input_tokens, steps[1].output_tokens, steps[1].cost_usd) == (7, 3, 0.25)
+    assert (steps[2].input_tokens, steps[2].output_tokens, steps[2].cost_usd) == (5, 6, 0.5)
+
+
+@pytest.mark.parametrize("attrs, field", [
+    ({"gen_ai.usage.input_tokens": "12"}, "input_tokens"),
+    ({"gen_ai.usage.input_tokens": -3}, "input_tokens"),
+    ({"gen_ai.usage.output_tokens": float("nan")}, "output_tokens"),
+    ({"gen_ai.usage.output_tokens": 1.5}, "output_tokens"),
+    ({"gen_ai.usage.cost": -1.0}, "cost"),
+    ({"gen_ai.usage.cost": float("inf")}, "cost"),
+    ({"gen_ai.usage.cost": "cheap"}, "cost"),
+    ({"gen_ai.tool.name": b"\x00bytes"}, "name"),
+    ({"gen_ai.tool.call.arguments": b"\x01"}, "args"),
+], ids=["tokens-string", "tokens-negative", "tokens-nan", "tokens-fraction", "cost-negative", "cost-inf",
+        "cost-string", "name-bytes", "args-bytes"])
+def test_wrong_types_are_ignored_and_counted(attrs: dict, field: str) -> None:
+    pipeline = Pipeline()
+    data = request(span("execute_tool t", {"gen_ai.operation.name": "execute_tool", **attrs}))
+    processed = pipeline.process(pipeline.decode(data))
+    assert processed.steps == 1
+    step = map_request(data)[0]
+    assert step.input_tokens == 0 and step.output_tokens == 0 and step.cost_usd == 0.0
+    assert pipeline.metrics.registry.get_sample_value("otelloop_mapping_errors_total", {"field": field}) == 1
+
+
+def test_huge_values_are_hashed_without_parsing() -> None:
+    huge = json.dumps({"blob": "x" * 3_000_000})
+    steps = map_request(request(tool_span(args=huge, result=huge), tool_span(args=huge, result=huge)))
+    assert steps[0].args_hash == steps[1].args_hash and len(steps[0].args_text) <= 256
+
+
+def test_progress_signals_and_intent() -> None:
+    step = one({"gen_ai.operation.name": "invoke_agent", "otelloop.intent": "fix-tests",
+                "otelloop.progress.diff_hash": "abc", "otelloop.progress.failing_tests": 4,
+                "otelloop.progress.failure_signature": "sig", "otelloop.state_hash": "st"})
+    assert (step.intent, step.diff_hash, step.failing_tests, step.failure_signature, step.state_hash) == (
+        "fix-tests", "abc", 4, "sig", "st")
+    assert one({"gen_ai.operation.name": "chat"}).intent == "chat"
+    assert one({"openinference.span.kind": "TOOL"}).intent == "tool"
+
+
+def test_file_and_command_from_tool_arguments() -> None:
+    steps = map_request(request(
+        tool_span("read_file", args='{"path": "src/app.py"}'),
+        tool_span("write_file", args='{"file_path": "src/app.py", "content": "print(1)"}'),
+        tool_span("run_command", args='{"command": "pytest -x"}'),
+    ))
+    assert [(s.tool_class, s.file_path, s.command) for s in steps] == [
+        ("read", "src/app.py", None), ("write", "src/app.py", None), ("exec", None, "pytest -x")]
+    assert steps[1].content_hash is not None
+
+
+def test_mapping_rules_from_config() -> None:
+    cfg = build_config({"mapping": {"rules": [
+        {"match": {"app.kind": "browse"}, "kind": "tool", "name_attribute": "app.action",
+         "args_attribute": "app.url"},
+        {"span_name": "^healthcheck", "kind": "ignore"},
+    ]}}, env={})
+    steps = map_request(request(
+        span("custom", {"app.kind": "browse", "app.action": "click", "app.url": "https://x"}),
+        span("healthcheck ping", {"gen_ai.operation.name": "chat"}),
+    ), cfg)
+    assert len(steps) == 1 and (steps[0].kind, steps[0].name) == ("tool", "click")
+    assert steps[0].args_hash is not None
+
+
+def test_steps_processed_by_start_time_within_a_request() -> None:
+    late, early = tool_span("b", i=20), tool_span("a", i=10)
+    assert [s.name for s in map_request(request(late, early))] == ["a", "b"]

@@ -1,0 +1,107 @@
+"""Session state: least-recently-seen eviction, idle timeout, advising log line, bounded size."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+from spans import request, span, tool_span
+
+from otelloop.pipeline import Pipeline
+from otelloop.state import SessionStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_capacity_evicts_the_least_recently_seen() -> None:
+    evicted: list[tuple[str, str]] = []
+    store = SessionStore(3, 60, on_evict=lambda s, r: evicted.append((s.id, r)), clock=Clock())
+    for sid in "abc":
+        store.touch(sid)
+    store.touch("a")  # a is now the most recent; b is the least recent
+    store.touch("d")
+    assert evicted == [("b", "capacity")] and len(store) == 3
+    assert store.get("a") is not None and store.get("b") is None
+
+
+def test_idle_sessions_are_swept() -> None:
+    clock = Clock()
+    evicted: list[tuple[str, str]] = []
+    store = SessionStore(10, 30, on_evict=lambda s, r: evicted.append((s.id, r)), clock=clock)
+    store.touch("old")
+    clock.now = 20
+    store.touch("young")
+    clock.now = 31
+    assert store.sweep() == 1 and evicted == [("old", "idle")] and store.get("young") is not None
+
+
+def test_first_eviction_logs_one_advising_line(caplog) -> None:
+    store = SessionStore(1, 60, clock=Clock())
+    with caplog.at_level(logging.WARNING):
+        for n in range(50):
+            store.touch(str(n))
+    lines = [r.getMessage() for r in caplog.records if "state.max_sessions" in r.getMessage()]
+    assert len(lines) == 1 and "raise state.max_sessions" in lines[0].lower()
+
+
+def test_eviction_metrics_and_pipeline_bounds() -> None:
+    p = Pipeline()
+    p.store.resize(100, 1800)
+    for n in range(250):
+        p.process(p.decode(request(tool_span(trace=1000 + n))))
+    assert len(p.store) == 100
+    assert p.metrics.registry.get_sample_value("otelloop_sessions_evicted_total", {"reason": "capacity"}) == 150
+
+
+def deep_size(obj: object) -> int:
+    """Bytes reachable from ``obj`` (shared immutable singletons such as small ints count once)."""
+    seen: set[int] = set()
+    stack = [obj]
+    total = 0
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, type):
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        stack.extend(gc.get_referents(o))
+    return total
+
+
+def test_per_session_state_stays_bounded_with_all_detectors() -> None:
+    """A session's memory does not grow with its length (all detectors on)."""
+    p = Pipeline()
+
+    def feed(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            steps = [span("invoke_agent", {"gen_ai.operation.name": "invoke_agent",
+                                           "gen_ai.agent.name": ["planner", "coder"][i % 2],
+                                           "otelloop.progress.diff_hash": f"d{i}"}, trace=7, i=i),
+                     tool_span("read_file", args=f'{{"path": "f{i % 7}.py"}}', result=f"content {i}", trace=7, i=i),
+                     tool_span("write_file", args=f'{{"path": "f{i % 5}.py", "content": "v{i}"}}', trace=7, i=i),
+                     span("chat", {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 10}, trace=7, i=i)]
+            p.process(p.decode(request(*steps)))
+
+    feed(0, 300)
+    session = p.store.get(format(7, "032x"))
+    small = deep_size(session)
+    feed(300, 3000)
+    large = deep_size(session)
+    assert session.steps == 3300 * 4
+    assert large < small * 1.25 + 2048, (small, large)
+    assert large < 64 * 1024, large
+
+
+def test_session_count_is_bounded_by_max_sessions_under_a_flood() -> None:
+    p = Pipeline()
+    p.store.resize(1000, 1800)
+    for n in range(20):
+        p.process(p.decode(request(*[tool_span(trace=10_000 * n + k) for k in range(500)])))
+    assert len(p.store) == 1000
