@@ -93,10 +93,11 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
     if sid is None:
         return Verdict(reason="otelloop verdict not checked: no session id and no current trace")
     url = f"{base_url.rstrip('/')}/v1/sessions/{quote(sid, safe='')}/verdict"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
     if token:
-        request.add_header("Authorization", f"Bearer {token}")
+        headers["Authorization"] = f"Bearer {token}"
     try:
+        request = urllib.request.Request(url, headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as e:

@@ -113,6 +113,12 @@ class CachedBackend:
         own = vecs[0]
         return [1.0 if other == text else self.cosine(own, vec) for other, vec in zip(others, vecs[1:])]
 
+    def clear(self) -> None:
+        """Forget cached vectors and reset the counters (benchmarks start cold)."""
+        with self._lock:
+            self._cache.clear()
+            self.hits = self.misses = 0
+
     def hit_rate(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0

@@ -34,7 +34,7 @@ _TOO_LARGE = "TOO_LARGE"
 OUTAGE_REMINDER_INTERVAL = 300.0
 
 #: Drops (and warnings) of one kind are logged at most this often (seconds); the rest are summarised.
-DROP_LOG_INTERVAL = 10.0
+LOG_INTERVAL = 10.0
 
 
 class UpstreamClient(Protocol):
@@ -52,37 +52,46 @@ class UpstreamClient(Protocol):
 
 class _OutageLog:
     """Turns a run of retryable failures into a line when it starts, a reminder now and then, and a
-    line when it ends, instead of one line per retry."""
+    line when it ends, instead of one line per retry.
+
+    An upstream that throttles briefly but often (a 429 now and then) would still produce two lines per
+    episode, so a run that starts within :data:`LOG_INTERVAL` of the previous line is only reported if
+    it outlasts that interval.
+    """
 
     def __init__(self, upstream: str) -> None:
         self._upstream = upstream
         self._since: float | None = None
-        self._last_line = 0.0
         self._failures = 0
+        self._reported = False
+        self._last_line = float("-inf")
 
     def failed(self, result: AttemptResult, queued: int, capacity: int) -> None:
         now = time.monotonic()
-        self._failures += 1
         if self._since is None:
-            self._since = self._last_line = now
-            log.warning("upstream %s unavailable (%s%s); retrying with backoff, queue %d/%d spans",
-                        self._upstream, result.status, _suffix(result.message), queued, capacity)
-        elif now - self._last_line >= OUTAGE_REMINDER_INTERVAL:
+            self._since, self._failures, self._reported = now, 0, False
+        self._failures += 1
+        cause = f"{result.status}{_suffix(result.message)}"
+        if not self._reported and now - self._last_line >= LOG_INTERVAL:
+            self._reported, self._last_line = True, now
+            log.warning("upstream %s unavailable (%s); retrying with backoff, queue %d/%d spans",
+                        self._upstream, cause, queued, capacity)
+        elif self._reported and now - self._last_line >= OUTAGE_REMINDER_INTERVAL:
             self._last_line = now
-            log.warning("upstream %s still unavailable after %.0fs and %d failed attempts (%s%s); "
-                        "queue %d/%d spans", self._upstream, now - self._since, self._failures,
-                        result.status, _suffix(result.message), queued, capacity)
+            log.warning("upstream %s still unavailable after %.0fs and %d failed attempts (%s); "
+                        "queue %d/%d spans", self._upstream, now - self._since, self._failures, cause,
+                        queued, capacity)
 
     def succeeded(self) -> None:
-        if self._since is not None:
+        if self._since is not None and self._reported:
+            self._last_line = time.monotonic()
             log.warning("upstream %s recovered after %.1fs and %d failed attempts",
-                        self._upstream, time.monotonic() - self._since, self._failures)
+                        self._upstream, self._last_line - self._since, self._failures)
         self._since = None
-        self._failures = 0
 
 
 class _ThrottledLog:
-    """At most one line per key every :data:`DROP_LOG_INTERVAL` seconds, the skipped ones summarised, so
+    """At most one line per key every :data:`LOG_INTERVAL` seconds, the skipped ones summarised, so
     an upstream that rejects everything (say, a revoked API key) does not flood the log."""
 
     def __init__(self) -> None:
@@ -91,7 +100,7 @@ class _ThrottledLog:
 
     def __call__(self, key: str, level: int, text: str) -> None:
         now = time.monotonic()
-        if now - self._last.get(key, -DROP_LOG_INTERVAL) < DROP_LOG_INTERVAL:
+        if now - self._last.get(key, float("-inf")) < LOG_INTERVAL:
             self._skipped[key] = self._skipped.get(key, 0) + 1
             return
         self._last[key] = now
@@ -109,7 +118,8 @@ class Exporter:
     Everything runs on the caller's event loop; :meth:`offer` never blocks.
     """
 
-    def __init__(self, queue: SpanQueue, client: UpstreamClient, cfg: ExporterConfig, metrics: Metrics) -> None:
+    def __init__(self, queue: SpanQueue, client: UpstreamClient, cfg: ExporterConfig,
+                 metrics: Metrics) -> None:
         self._queue = queue
         self._client = client
         self._cfg = cfg
@@ -208,8 +218,8 @@ class Exporter:
     async def _deliver(self, batch: Batch) -> AttemptResult:
         """Send one batch until it succeeds or is refused for good; retryable failures never end it."""
         if len(batch.data) > MAX_MESSAGE_BYTES:
-            return AttemptResult(Outcome.PERMANENT, _TOO_LARGE, f"{len(batch.data)} bytes exceed the "
-                                                                 f"{MAX_MESSAGE_BYTES // _MIB} MiB request limit")
+            limit = f"{len(batch.data)} bytes exceed the {MAX_MESSAGE_BYTES // _MIB} MiB request limit"
+            return AttemptResult(Outcome.PERMANENT, _TOO_LARGE, limit)
         backoff = Backoff(self._cfg.retry_initial_interval, self._cfg.retry_max_interval)
         while True:
             result = await self._attempt(batch.data)
@@ -277,7 +287,8 @@ def build_exporter(cfg: ExporterConfig, metrics: Metrics) -> Exporter | None:
         return None
     protocol, target, url_tls = parse_upstream(cfg.endpoint, cfg.protocol)
     tls = _use_tls(url_tls, cfg)
-    client: UpstreamClient = GrpcClient(target, tls, cfg) if protocol == "grpc" else HttpClient(target, tls, cfg)
+    client: UpstreamClient
+    client = GrpcClient(target, tls, cfg) if protocol == "grpc" else HttpClient(target, tls, cfg)
     if cfg.persistent_dir is not None:
         log.warning("exporter.persistent_dir is not supported yet: queued spans are kept in memory only")
     return Exporter(MemoryQueue(cfg.queue_spans), client, cfg, metrics)

@@ -71,7 +71,8 @@ class GrpcClient:
         return f"{'grpcs' if self._tls else 'grpc'}://{self._target}"
 
     async def start(self) -> None:
-        compression = grpc.Compression.Gzip if self._cfg.compression == "gzip" else grpc.Compression.NoCompression
+        gzip = self._cfg.compression == "gzip"
+        compression = grpc.Compression.Gzip if gzip else grpc.Compression.NoCompression
         options = channel_options(self._cfg)
         if self._tls:
             self._channel = grpc.aio.secure_channel(self._target, channel_credentials(self._cfg),

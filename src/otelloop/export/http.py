@@ -15,7 +15,14 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from otelloop.config import ExporterConfig
-from otelloop.export.retry import AttemptResult, Outcome, http_outcome, one_line, parse_retry_after, success_result
+from otelloop.export.retry import (
+    AttemptResult,
+    Outcome,
+    http_outcome,
+    one_line,
+    parse_retry_after,
+    success_result,
+)
 
 PROTOBUF = "application/x-protobuf"
 
