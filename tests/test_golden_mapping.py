@@ -56,7 +56,8 @@ def _step_params() -> list[Any]:
             params.append(pytest.param(name, -1, id=f"{name}-MISSING"))
             continue
         for index, step in enumerate(_expected(name)):
-            params.append(pytest.param(name, index, id=f"{name}-{index:02d}-{step['kind']}-{step['span_name']}"))
+            step_id = f"{name}-{index:02d}-{step['kind']}-{step['span_name']}"
+            params.append(pytest.param(name, index, id=step_id))
     return params
 
 
@@ -123,8 +124,9 @@ def test_step_fields(name: str, index: int) -> None:
                 continue
             same = getattr(step, attr) is not None and getattr(step, attr) == getattr(previous, attr)
             if same != want:
+                relation = "equal" if want else "different"
                 problems.append(f"{field}: got {attr} {getattr(step, attr)!r} vs previous tool step's "
-                                f"{getattr(previous, attr)!r}, expected them {'equal' if want else 'different'}")
+                                f"{getattr(previous, attr)!r}, expected them {relation}")
 
     assert not problems, (
         f"{name} step {index} (span {expected['span_name']!r} {expected.get('span_id', '')}; "

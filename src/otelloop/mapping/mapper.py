@@ -65,7 +65,10 @@ _STATUS_ERROR = 2
 
 
 class _Attrs:
-    """Typed reads from one span's attributes, falling back to its resource's (SPEC §3 order)."""
+    """Typed reads from one span's attributes, falling back to its resource's (SPEC §3 order).
+
+    Written as plain loops over the few present keys: this runs for every span on the hot path.
+    """
 
     __slots__ = ("span", "res", "present", "res_present", "errors")
 
@@ -74,16 +77,25 @@ class _Attrs:
         self.span, self.res, self.present, self.res_present, self.errors = (
             span_attrs, res_attrs, present, res_present, errors)
 
-    def _values(self, keys: tuple[str, ...]):  # type: ignore[no-untyped-def]
-        for k in keys:
-            if k in self.present:
-                yield k, self.span[k]
-        for k in keys:
-            if k in self.res_present:
-                yield k, self.res[k]
+    def values(self, keys: tuple[str, ...]) -> list[tuple[str, Any]]:
+        present, res_present = self.present, self.res_present
+        found = [(k, self.span[k]) for k in keys if k in present]
+        if res_present:
+            found += [(k, self.res[k]) for k in keys if k in res_present]
+        return found
 
     def string(self, keys: tuple[str, ...], field: str) -> str | None:
-        for _, v in self._values(keys):
+        present = self.present
+        for k in keys:
+            if k in present:
+                s = self.span[k].string_value
+                if s:
+                    return s
+                break
+        else:
+            if not self.res_present:
+                return None
+        for _, v in self.values(keys):
             s = v.string_value
             if s:
                 return s
@@ -96,7 +108,7 @@ class _Attrs:
 
     def text(self, keys: tuple[str, ...], field: str) -> tuple[str, str] | None:
         """(key, value as text) — structured values (arrays, maps) are rendered as JSON."""
-        for k, v in self._values(keys):
+        for k, v in self.values(keys):
             s = v.string_value
             if s:
                 return k, s
@@ -112,7 +124,7 @@ class _Attrs:
         return None
 
     def count(self, keys: tuple[str, ...], field: str) -> int | None:
-        for _, v in self._values(keys):
+        for _, v in self.values(keys):
             n = v.int_value
             if n > 0:
                 return n
@@ -126,7 +138,7 @@ class _Attrs:
         return None
 
     def amount(self, keys: tuple[str, ...], field: str) -> float | None:
-        for _, v in self._values(keys):
+        for _, v in self.values(keys):
             which = v.WhichOneof("value")
             x: float | None = None
             if which == "double_value":

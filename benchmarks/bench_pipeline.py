@@ -1,0 +1,128 @@
+"""Throughput of ``otelloop serve`` against a bare passthrough, measured in the same run.
+
+Every process is its own: the server under test is pinned to CPU 0 (one core); the client and the sink
+share CPU 1. The passthrough receives and forwards bytes with the same gRPC stack and no parsing, so the
+ratio is what otelloop's decode, mapping, state, detectors and enrichment cost. Machines here are noisy:
+compare ratios from one run, not absolute numbers across runs.
+
+    python benchmarks/bench_pipeline.py [--seconds 8] [--modes passthrough,mapping,all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from workload import build_batch  # noqa: E402
+
+HERE = Path(__file__).parent
+DETECTORS = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def pinned(cpu: int, cmd: list[str]) -> list[str]:
+    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1
+            else []) + cmd
+
+
+def start(cmd: list[str], **kw) -> tuple[subprocess.Popen, str]:  # type: ignore[no-untyped-def]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
+    line = p.stdout.readline().strip()  # type: ignore[union-attr]
+    return p, line
+
+
+def start_otelloop(tmp: Path, upstream: str, detectors: str) -> tuple[subprocess.Popen, str]:
+    import yaml
+
+    config = {"exporter": {"endpoint": upstream, "compression": "none"},
+              "state": {"idle_timeout": "1h"}}
+    if detectors == "none":
+        config["detectors"] = {d: {"enabled": False} for d in DETECTORS}
+    cfg = tmp / f"otelloop-{detectors}.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    ready = tmp / f"ready-{detectors}.json"
+    ready.unlink(missing_ok=True)
+    p = subprocess.Popen(pinned(0, [sys.executable, "-m", "otelloop", "serve", "--config", str(cfg),
+                                    "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
+                                    "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(ready)]),
+                         stderr=subprocess.DEVNULL, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"})
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if time.monotonic() > deadline or p.poll() is not None:
+            raise RuntimeError("otelloop did not start")
+        time.sleep(0.05)
+    return p, json.loads(ready.read_text())["grpc"]
+
+
+def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency: int) -> dict:
+    sink, sink_port = start(pinned(1, [sys.executable, str(HERE / "sink.py"), "0"]))
+    upstream = f"127.0.0.1:{sink_port}"
+    if mode == "passthrough":
+        server, port = start(pinned(0, [sys.executable, str(HERE / "passthrough.py"), "0", upstream]))
+        target = f"127.0.0.1:{port}"
+    else:
+        server, target = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all")
+    try:
+        cpu0 = cpu_seconds(server.pid)
+        out = subprocess.run(pinned(1, [sys.executable, str(HERE / "bench_client.py"), target, str(seconds),
+                                        str(concurrency), str(batch_file)]),
+                             capture_output=True, text=True, check=True).stdout
+        cpu = cpu_seconds(server.pid) - cpu0
+        result = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in (server, sink):
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+    result["mode"] = mode
+    result["spans_per_s"] = result["spans"] / result["seconds"]
+    result["server_cpu_us_per_span"] = 1e6 * cpu / max(result["spans"], 1)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--modes", default="passthrough,mapping,all")
+    ap.add_argument("--sessions-per-batch", type=int, default=16)
+    ap.add_argument("--distinct-batches", type=int, default=64)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        batches = [build_batch(512, args.sessions_per_batch, seed=i, session_base=i * args.sessions_per_batch)
+                   for i in range(args.distinct_batches)]
+        batch_file = tmp / "batches.pkl"
+        batch_file.write_bytes(pickle.dumps([(b, 512) for b in batches]))
+        print(f"workload: 512-span batches, {len(batches[0]) // 512} B/span, {args.sessions_per_batch} sessions "
+              f"per batch, {args.distinct_batches} distinct batches; {args.seconds:.0f}s per mode, "
+              f"{args.concurrency} in flight; server on CPU 0, client and sink on CPU 1", flush=True)
+        results = {}
+        for mode in args.modes.split(","):
+            r = results[mode] = run_mode(mode, tmp, batch_file, args.seconds, args.concurrency)
+            print(f"{mode:12} {r['spans_per_s']:>10,.0f} spans/s   server CPU {r['server_cpu_us_per_span']:6.2f} "
+                  f"µs/span   refused {r['refused']}", flush=True)
+        base = results.get("passthrough")
+        if base:
+            for mode, r in results.items():
+                if mode != "passthrough":
+                    print(f"ratio {mode}/passthrough: {r['spans_per_s'] / base['spans_per_s']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
