@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ssl
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from google.protobuf.message import DecodeError
@@ -66,15 +67,18 @@ class HttpClient:
         self._url = with_scheme(url, tls)
         self._tls = tls
         self._cfg = cfg
-        self._headers = {**cfg.headers, "Content-Type": PROTOBUF}
+        own = {"content-type", "content-encoding"}  # set below; a configured duplicate would be sent twice
+        self._headers = {k: v for k, v in cfg.headers.items() if k.lower() not in own}
+        self._headers["Content-Type"] = PROTOBUF
         if cfg.compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def description(self) -> str:
-        """The upstream for log lines (never includes headers)."""
-        return self._url
+        """The upstream for log lines: no headers, and no credentials or query that the URL may carry."""
+        parts = urlsplit(self._url)
+        return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(ssl=ssl_context(self._cfg) if self._tls else False)
