@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -10,10 +11,14 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
+from otelloop.admin import AdminAPI
 from otelloop.client import Verdict, acheck_verdict, check_verdict, format_trace_id
+from otelloop.pipeline import Pipeline
+from tests.helpers import make_step
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 TRACE_HEX = "0af7651916cd43dd8448eb211c80319c"
@@ -39,10 +44,8 @@ class FakeOtelloop:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(OSError):  # the client may have given up
                     self.wfile.write(body)
-                except OSError:
-                    pass  # the client gave up
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -59,7 +62,7 @@ class FakeOtelloop:
 @pytest.fixture
 def otelloop() -> Iterator[FakeOtelloop]:
     fake = FakeOtelloop()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=fake.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield fake
     fake.release.set()
@@ -166,3 +169,22 @@ async def test_async_variant(otelloop: FakeOtelloop) -> None:
         verdict = await acheck_verdict(otelloop.url)
     assert verdict == Verdict("nudge", "", "m")
     assert (await acheck_verdict(otelloop.url)).reason.startswith("otelloop verdict not checked")
+
+
+async def test_against_the_real_admin_api() -> None:
+    pipeline = Pipeline()
+    session = pipeline.store.touch("conv/42")
+    for i in range(3):  # three identical tool calls: the trajectory detector nudges
+        pipeline.engine.observe(session, make_step("search_web", i=i, session="conv/42", args_hash=1,
+                                                   args_text='{"q": "x"}', output_hash=7))
+    runner = web.AppRunner(AdminAPI(pipeline, lambda: (True, "")).app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        verdict = await acheck_verdict(url, session_id="conv/42")
+        assert verdict.verdict == "nudge" and "search_web" in verdict.message and verdict.reason
+        assert (await acheck_verdict(url, session_id="other")).reason.endswith("unknown session")
+    finally:
+        await runner.cleanup()

@@ -13,12 +13,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from otelloop.detectors.base import DetectorConfig
+from otelloop.units import Duration, parse_duration  # noqa: F401  (re-exported)
 from otelloop.detectors.registry import registered
 
 
@@ -30,25 +31,6 @@ class ConfigError(ValueError):
         super().__init__("\n".join(errors))
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> Any:
-    """``"30s"``, ``"10m"``, ``"1h"``, ``"250ms"`` or a number of seconds → seconds (float)."""
-    if isinstance(value, bool):
-        return value  # rejected by the float validation that follows
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNIT_S[m.group(2)]
-    return value
-
-
-#: A duration in seconds; YAML accepts ``30s``, ``10m``, ``1h``, ``500ms`` or a number of seconds.
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, json_schema_extra={"duration": True})]
 
 
 def split_host_port(value: str) -> tuple[str, int]:

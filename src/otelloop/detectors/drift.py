@@ -9,7 +9,7 @@ module only sees ``Step.tool_class``, ``file_path``, ``command`` and the content
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from pydantic import Field
 
@@ -48,12 +48,12 @@ class DriftConfig(DetectorConfig):
 
 
 class _Read(NamedTuple):
-    index: int
+    step: int
     target: int
 
 
 class _Write(NamedTuple):
-    index: int
+    step: int
     target: int
     #: whether the write changed the file's content as far as known (unknown counts as changed)
     changed: bool
@@ -65,7 +65,7 @@ class _Write(NamedTuple):
 
 
 class _Run(NamedTuple):
-    index: int
+    step: int
     target: int
     failed: bool
     signature: str | None
@@ -76,7 +76,8 @@ class _Hit(NamedTuple):
 
     pattern: int
     target: str
-    count: int
+    #: reads of the file, or failed runs of the command, that make the pattern
+    times: int
 
 
 class DriftState:
@@ -87,7 +88,7 @@ class DriftState:
     between them (one per step), dropped as they leave the window.
     """
 
-    __slots__ = ("steps", "reads", "writes", "runs", "ema", "last_alert", "nudging")
+    __slots__ = ("ema", "last_alert", "nudging", "reads", "runs", "steps", "writes")
 
     def __init__(self) -> None:
         #: steps of the session seen so far (all kinds); the index of the current step
@@ -131,7 +132,7 @@ class DriftDetector(Detector):
             state.ema[i] = alpha * x + (1.0 - alpha) * ema
         if hit is not None and self._cooled_down(state, hit.pattern):
             self._alert(state, hit, ctx)
-        elif state.nudging and max(state.ema) <= cfg.escalation_ema:
+        if state.nudging and max(state.ema) <= cfg.escalation_ema:
             state.nudging = False
             ctx.vote(self.name, "continue")
 
@@ -148,8 +149,8 @@ class DriftDetector(Detector):
     def _read(self, state: DriftState, path: str) -> _Hit | None:
         """A read completes a read loop when the file was read often enough since it last changed."""
         target = hash(path)
-        since = max((w.index for w in state.writes or () if w.target == target and w.changed), default=0)
-        count = 1 + sum(1 for r in state.reads or () if r.target == target and r.index > since)
+        since = max((w.step for w in state.writes or () if w.target == target and w.changed), default=0)
+        count = 1 + sum(1 for r in state.reads or () if r.target == target and r.step > since)
         if state.reads is None:
             state.reads = []
         state.reads.append(_Read(state.steps, target))
@@ -198,7 +199,7 @@ class DriftDetector(Detector):
         ))
         if hard:
             state.nudging = True
-            ctx.vote(self.name, "nudge", f"drift {pattern}", _nudge_message(hit.pattern, target, hit.count))
+            ctx.vote(self.name, "nudge", f"drift {pattern}", _nudge_message(hit.pattern, target, hit.times))
 
     def summary(self, state: DriftState) -> dict[str, Any]:
         return {
@@ -241,23 +242,36 @@ def _write(state: DriftState, step: Step) -> _Hit | None:
 
 def _forget(state: DriftState, horizon: int) -> None:
     """Drop the entries of steps at or before ``horizon`` (they have left the window)."""
-    for entries in (state.reads, state.writes, state.runs):
-        if entries and entries[0].index <= horizon:
-            keep = next((i for i, e in enumerate(entries) if e.index > horizon), len(entries))
-            del entries[:keep]
+    _drop_until(state.reads, horizon)
+    _drop_until(state.writes, horizon)
+    _drop_until(state.runs, horizon)
+
+
+class _Entry(Protocol):
+    @property
+    def step(self) -> int: ...
+
+
+E = TypeVar("E", bound=_Entry)
+
+
+def _drop_until(entries: list[E] | None, horizon: int) -> None:
+    if entries and entries[0].step <= horizon:
+        keep = next((i for i, e in enumerate(entries) if e.step > horizon), len(entries))
+        del entries[:keep]
 
 
 def _shorten(text: str) -> str:
     return text if len(text) <= MAX_TARGET_CHARS else text[:MAX_TARGET_CHARS - 3] + "..."
 
 
-def _nudge_message(pattern: int, target: str, count: int) -> str:
+def _nudge_message(pattern: int, target: str, times: int) -> str:
     """An instruction the agent can be given verbatim."""
     if pattern == READ_LOOP:
-        return (f"You have read {target} {count} times without changing it. Its content is what you "
+        return (f"You have read {target} {times} times without changing it. Its content is what you "
                 "already read: use it, then edit the file or move on to the next step.")
     if pattern == EDIT_REVERT:
         return (f"You have reverted {target} to an earlier version, undoing your own change. Decide which "
                 "version is right and keep it instead of switching back and forth.")
-    return (f"The command `{target}` has failed {count} times in a row with the same error. Running it "
+    return (f"The command `{target}` has failed {times} times in a row with the same error. Running it "
             "again will not help: read the error, change the code or the command, then run it.")

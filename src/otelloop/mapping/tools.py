@@ -102,7 +102,7 @@ class ToolClassifier:
     its default, and an empty list means "no tool of this class".
     """
 
-    __slots__ = ("_matchers", "_cache")
+    __slots__ = ("_cache", "_matchers")
 
     def __init__(self, cfg: ToolClassesConfig | None = None) -> None:
         configured: list[tuple[ToolClass, re.Pattern[str] | None]] = []
