@@ -166,4 +166,4 @@ def test_session_scores_feed_the_api_view() -> None:
     p = Pipeline()
     p.process(p.decode(request(*[tool_span(trace=8, i=i) for i in range(3)])))
     session = p.store.get(format(8, "032x"))
-    assert session is not None and session.steps == 3 and session.scores["entropy_score"] == pytest.approx(1 / 3, abs=1e-4)
+    assert session is not None and session.steps == 3 and session.entropy_score == pytest.approx(1 / 3, abs=1e-4)

@@ -130,14 +130,12 @@ class AdminAPI:
 
 
 def _brief(s: Session) -> dict[str, Any]:
-    scores = s.scores or {}
     return {
         "session_id": s.id, "agent": s.agent, "service": s.service, "verdict": s.verdict, "reason": s.reason,
-        "loop_score": scores.get("loop_score"), "entropy_score": scores.get("entropy_score"),
+        "loop_score": s.loop_score, "entropy_score": s.entropy_score,
         "steps": s.steps, "cost_usd": round(s.cost_usd, 6), "input_tokens": s.input_tokens,
         "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
-        "findings": [{"detector": f.detector, "event": f.event, "severity": f.severity, "message": f.message}
-                     for f in (s.findings or ())],
+        "findings": [{"detector": d, "event": e, "severity": sev, "message": m} for d, e, sev, m in s.findings],
     }
 
 

@@ -153,7 +153,10 @@ class ExporterConfig(_Section):
         timeout: deadline of one export attempt. Default: 10s.
         queue_spans: capacity of the export queue in spans; when full, clients are asked to retry.
             Default: 100000.
-        persistent_dir: directory of a SQLite-backed queue that survives restarts. Default: null.
+        persistent_dir: directory of a SQLite-backed queue that survives restarts and crashes; a request is
+            acknowledged to the client only once it is on disk. Default: null (in-memory queue).
+        persistent_max_mib: size bound of the persistent queue in MiB of queued requests, besides
+            ``queue_spans``; when either is reached clients are asked to retry. Default: 1024.
         max_batch_mib: queued requests are coalesced into one upstream request up to this size. Default: 4.
         retry_initial_interval: first backoff. Default: 1s.
         retry_max_interval: backoff cap. Default: 30s.
@@ -168,6 +171,7 @@ class ExporterConfig(_Section):
     timeout: Duration = 10.0
     queue_spans: int = Field(100_000, ge=1)
     persistent_dir: str | None = None
+    persistent_max_mib: float = Field(1024, gt=0)
     max_batch_mib: float = Field(4, gt=0)
     retry_initial_interval: Duration = 1.0
     retry_max_interval: Duration = 30.0

@@ -197,12 +197,12 @@ def _start_time(item: tuple[Position, Step, Any]) -> int:
 
 def _remember_scores(session: Session, ctx: StepContext) -> None:
     attrs = ctx.attributes
-    for key in ("otelloop.loop_score", "otelloop.entropy_score"):
-        value = attrs.get(key)
-        if isinstance(value, (int, float)):
-            if session.scores is None:
-                session.scores = {}
-            session.scores[key.removeprefix("otelloop.")] = float(value)
+    loop = attrs.get("otelloop.loop_score")
+    if isinstance(loop, (int, float)):
+        session.loop_score = float(loop)
+    entropy = attrs.get("otelloop.entropy_score")
+    if isinstance(entropy, (int, float)):
+        session.entropy_score = float(entropy)
 
 
 class _Usage:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,7 +28,7 @@ class Session:
     __slots__ = (
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
-        "message", "findings", "scores",
+        "message", "findings", "loop_score", "entropy_score",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -52,13 +52,15 @@ class Session:
         self.verdict = "continue"
         self.reason = ""
         self.message = ""
-        self.findings: deque[Finding] | None = None
-        self.scores: dict[str, float] | None = None
+        #: the last few findings as (detector, event, severity, message): compact, no attribute dicts
+        self.findings: tuple[tuple[str, str, str, str], ...] = ()
+        #: latest trajectory and entropy scores, for the sessions API
+        self.loop_score: float | None = None
+        self.entropy_score: float | None = None
 
     def remember(self, finding: Finding) -> None:
-        if self.findings is None:
-            self.findings = deque(maxlen=RECENT_FINDINGS)
-        self.findings.append(finding)
+        entry = (finding.detector, finding.event, finding.severity, finding.message)
+        self.findings = (*self.findings, entry)[-RECENT_FINDINGS:]
 
     def apply_votes(self, votes: dict[str, tuple[str, str, str]]) -> None:
         """Fold detector votes into the session verdict (SPEC §5: the most severe wins)."""

@@ -62,6 +62,16 @@ class EntropyState:
         self.window: tuple[Entry, ...] = ()
 
 
+_ENTRY_CACHE: dict[Entry, Entry] = {}
+
+
+def _interned(entry: Entry) -> Entry:
+    """One shared tuple per distinct entry: sessions repeat the same few, so windows share them."""
+    if len(_ENTRY_CACHE) >= 16384:
+        _ENTRY_CACHE.clear()
+    return _ENTRY_CACHE.setdefault(entry, entry)
+
+
 def score(window: tuple[Entry, ...]) -> float:
     """Distinct entries / entries present, rounded to 4 decimals (1.0 for an empty window)."""
     if not window:
@@ -98,7 +108,7 @@ class EntropyDetector(Detector):
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
-        entry: Entry = (step.intent, step.name, step.outcome)
+        entry: Entry = _interned((step.intent, step.name, step.outcome))
         state.window = (*state.window, entry)[-cfg.window:]
         value = score(state.window)
         severity = self.classify(value)

@@ -17,7 +17,6 @@ level.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -133,6 +132,16 @@ class _Entry(NamedTuple):
     negated: bool
 
 
+_ENTRY_CACHE: dict[_Entry, _Entry] = {}
+
+
+def _interned(entry: _Entry) -> _Entry:
+    """One shared object per distinct entry: looping sessions repeat the same few, across sessions too."""
+    if len(_ENTRY_CACHE) >= 16384:
+        _ENTRY_CACHE.clear()
+    return _ENTRY_CACHE.setdefault(entry, entry)
+
+
 class _Signal(NamedTuple):
     """A loop type that fired on this step, with what its nudge sentence quotes."""
 
@@ -146,8 +155,9 @@ class TrajectoryState:
 
     __slots__ = ("first_agent", "history", "level", "message", "multi_agent", "phantom_run", "score", "types")
 
-    def __init__(self, history: int) -> None:
-        self.history: deque[_Entry] = deque(maxlen=history)
+    def __init__(self) -> None:
+        #: the last ``history`` tool steps, oldest first; a tuple costs a tenth of an empty deque
+        self.history: tuple[_Entry, ...] = ()
         self.score = 0.0
         self.level: Level = "observe"
         #: consecutive phantom-progress steps up to this one
@@ -173,18 +183,18 @@ class TrajectoryDetector(Detector):
         self._backend: Similarity | None = get_backend(self.config.similarity)
 
     def new_state(self) -> TrajectoryState:
-        return TrajectoryState(self.config.history)
+        return TrajectoryState()
 
     def observe(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
         if step.kind != "tool":
             return
         cfg = self.config
-        if state.history.maxlen != cfg.history:
-            state.history = deque(state.history, maxlen=cfg.history)
-        entry = self._entry(step)
+        if len(state.history) > cfg.history:  # a reload shrank the history
+            state.history = state.history[-cfg.history:]
+        entry = _interned(self._entry(step))
         _note_agent(state, entry.agent)
         signals = self._detect(state, entry)
-        state.history.append(entry)
+        state.history = (*state.history, entry)[-cfg.history:]
         previous = state.level
         state.score = _next_score(state.score, signals, cfg)
         state.level = _level(state.score, cfg)
@@ -223,7 +233,7 @@ class TrajectoryDetector(Detector):
         return {kind: signal for kind, signal in found.items()
                 if signal is not None and getattr(weights, kind) > 0}
 
-    def _semantic_repeat(self, history: deque[_Entry], entry: _Entry) -> _Signal | None:
+    def _semantic_repeat(self, history: tuple[_Entry, ...], entry: _Entry) -> _Signal | None:
         """Type II: similar to >= 3 earlier descriptors; confidence is their mean similarity."""
         if self._backend is None or entry.descriptor is None:
             return None
@@ -272,7 +282,7 @@ def _action_differs(a: _Entry, b: _Entry) -> bool:
     return a.args_hash is not None and b.args_hash is not None and a.args_hash != b.args_hash
 
 
-def _stutter(history: deque[_Entry], entry: _Entry) -> _Signal | None:
+def _stutter(history: tuple[_Entry, ...], entry: _Entry) -> _Signal | None:
     """Type I: this call plus the identical calls right before it, detected at three."""
     count = 1
     for prev in reversed(history):
@@ -282,7 +292,7 @@ def _stutter(history: deque[_Entry], entry: _Entry) -> _Signal | None:
     return _Signal(1.0, count, entry.name) if count >= MIN_REPEATS else None
 
 
-def _phantom(history: deque[_Entry], entry: _Entry) -> bool:
+def _phantom(history: tuple[_Entry, ...], entry: _Entry) -> bool:
     """Type III at this step: the action changed, the (known) state did not."""
     if not history:
         return False

@@ -16,6 +16,7 @@ from typing import Protocol
 from otelloop.config import ExporterConfig, parse_upstream
 from otelloop.export.grpc import MAX_MESSAGE_BYTES, GrpcClient
 from otelloop.export.http import HttpClient
+from otelloop.export.persistent import PersistentQueue
 from otelloop.export.queue import Batch, MemoryQueue, SpanQueue
 from otelloop.export.retry import AttemptResult, Backoff, Outcome, one_line
 from otelloop.telemetry import Metrics
@@ -145,6 +146,10 @@ class Exporter:
     def queued_spans(self) -> int:
         return self._queue.queued_spans
 
+    def has_room(self, spans: int, nbytes: int) -> bool:
+        """Whether :meth:`offer` would take a request of this size now (checked before processing it)."""
+        return not self._closing and self._queue.has_room(spans, nbytes)
+
     def offer(self, data: bytes, spans: int) -> bool:
         """Queue a serialized ExportTraceServiceRequest holding ``spans`` spans.
 
@@ -197,7 +202,12 @@ class Exporter:
         """
         alone = 0  # requests still to be sent one at a time after such a rejection
         while True:
-            batch = self._queue.peek_batch(0 if alone else self._max_batch_bytes)
+            try:
+                batch = self._queue.peek_batch(0 if alone else self._max_batch_bytes)
+            except Exception:  # a storage error of the persistent queue: the data stays, try again later
+                log.debug("reading the export queue failed", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
             if batch is None:
                 if self._closing:
                     return
@@ -289,6 +299,9 @@ def build_exporter(cfg: ExporterConfig, metrics: Metrics) -> Exporter | None:
     tls = _use_tls(url_tls, cfg)
     client: UpstreamClient
     client = GrpcClient(target, tls, cfg) if protocol == "grpc" else HttpClient(target, tls, cfg)
+    queue: SpanQueue
     if cfg.persistent_dir is not None:
-        log.warning("exporter.persistent_dir is not supported yet: queued spans are kept in memory only")
-    return Exporter(MemoryQueue(cfg.queue_spans), client, cfg, metrics)
+        queue = PersistentQueue(cfg.persistent_dir, cfg.queue_spans, int(cfg.persistent_max_mib * _MIB))
+    else:
+        queue = MemoryQueue(cfg.queue_spans)
+    return Exporter(queue, client, cfg, metrics)

@@ -39,6 +39,14 @@ class SpanQueue(Protocol):
     @property
     def queued_spans(self) -> int: ...
 
+    def has_room(self, spans: int, nbytes: int) -> bool:
+        """Whether a request of ``spans`` spans and about ``nbytes`` bytes would be taken now.
+
+        The receivers ask this before processing a request, so a refusal changes no detector state; a
+        request admitted this way is then always taken by :meth:`put` (barring a storage error).
+        """
+        ...
+
     def put(self, data: bytes, spans: int) -> bool:
         """Append a request; False when it does not fit."""
         ...
@@ -75,6 +83,9 @@ class MemoryQueue:
     @property
     def queued_spans(self) -> int:
         return self._spans
+
+    def has_room(self, spans: int, nbytes: int) -> bool:
+        return not self._items or self._spans + spans <= self._capacity
 
     def put(self, data: bytes, spans: int) -> bool:
         if self._items and self._spans + spans > self._capacity:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -244,6 +245,8 @@ class Mapper:
                     start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano, trace_id=trace_hex,
                     span_id=span.span_id.hex())
         self._identity(step, a, kind, rule, span_name)
+        # Names repeat across millions of steps and end up in session state: share one string each.
+        step.name, step.agent, step.intent = sys.intern(step.name), sys.intern(step.agent), sys.intern(step.intent)
         self._io(step, a, kind, rule, span)
         self._usage(step, a)
         self._progress(step, a)

@@ -99,21 +99,18 @@ class Ingest:
         if shed is not None:
             raise Refusal("backpressure", shed, decoded.spans)
         exporter = self.exporter
-        if exporter is not None and not _has_room(exporter, decoded.spans):
+        if exporter is not None and not exporter.has_room(decoded.spans, len(data)):
             raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
         processed = self.pipeline.process(decoded)
         if exporter is not None and not exporter.offer(processed.data, processed.spans):
-            # Cannot happen: room was checked above with no await in between. Keep the promise anyway.
-            log.error("export queue refused a request after admission; %d spans dropped", processed.spans)
-            self.metrics.spans_export_failed.labels("queue_full").inc(processed.spans)
+            # Room was checked above with no await in between, so only a storage error of the persistent
+            # queue gets here. The data is not safe, so the client must retry: success would be a lie.
+            log.error("export queue could not store an admitted request; the client is asked to retry")
+            raise Refusal("backpressure", "export queue could not store the request; retry later",
+                          decoded.spans)
         return decoded.spans
 
     def refused(self, refusal: Refusal, transport: str) -> None:
         """Count a refusal; spans of a request that did not decode are counted as one."""
         self.metrics.spans_refused.labels(transport, refusal.reason).inc(
             refusal.spans if refusal.spans is not None else 1)
-
-
-def _has_room(exporter: Exporter, spans: int) -> bool:
-    queued = exporter.queued_spans
-    return queued == 0 or queued + spans <= exporter.capacity_spans
