@@ -63,6 +63,7 @@ SPAN_KEYS = frozenset(
      *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
 
 _STATUS_ERROR = 2
+_NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
 class _Attrs:
@@ -80,8 +81,8 @@ class _Attrs:
 
     def values(self, keys: tuple[str, ...]) -> list[tuple[str, Any]]:
         present, res_present = self.present, self.res_present
-        found = [(k, self.span[k]) for k in keys if k in present]
-        if res_present:
+        found = [] if present.isdisjoint(keys) else [(k, self.span[k]) for k in keys if k in present]
+        if res_present and not res_present.isdisjoint(keys):
             found += [(k, self.res[k]) for k in keys if k in res_present]
         return found
 
@@ -125,6 +126,12 @@ class _Attrs:
         return None
 
     def count(self, keys: tuple[str, ...], field: str) -> int | None:
+        for k in keys:  # fast path: the first present key holds a positive integer
+            if k in self.present:
+                n = self.span[k].int_value
+                if n > 0:
+                    return n
+                break
         for _, v in self.values(keys):
             n = v.int_value
             if n > 0:
@@ -198,6 +205,7 @@ class Mapper:
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
         self.canonical = Canonicalizer(config.mapping.max_text_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
+        self._tool_cache: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def resource_keys(self, res_attrs: Any) -> set[str]:
         return self.keys.intersection(res_attrs)
@@ -299,7 +307,7 @@ class Mapper:
         elif empty:
             step.outcome = "empty"
         if kind == "tool":
-            self._tool_details(step, parsed)
+            self._tool_details(step, args[1] if args is not None else "", parsed)
 
     def _error_signature(self, span: Any, error_type: str | None) -> str:
         parts = [error_type or "", span.status.message]
@@ -311,18 +319,27 @@ class Mapper:
                 break
         return error_signature("|".join(parts))
 
-    def _tool_details(self, step: Step, parsed: dict[str, Any] | None) -> None:
-        info = self.tools.classify(step.name, parsed)
+    def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
+        """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""
+        key = (step.name, raw_args)
+        details = self._tool_cache.get(key)
+        if details is None:
+            details = self._classify(step.name, parsed)
+            if len(self._tool_cache) >= 8192:
+                self._tool_cache.clear()
+            self._tool_cache[key] = details
+        if details is not _NOT_A_FILE_TOOL:
+            (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
+             step.edit_new_hash) = details
+
+    def _classify(self, name: str, parsed: dict[str, Any] | None) -> tuple[Any, ...]:
+        info = self.tools.classify(name, parsed)
         if info is None:
-            return
-        step.tool_class = info.tool_class
-        step.file_path = info.file_path
-        step.command = info.command
-        if info.content is not None:
-            step.content_hash = hash_text(info.content)
-        if info.edit_old is not None or info.edit_new is not None:
-            step.edit_old_hash = hash_text(info.edit_old or "")
-            step.edit_new_hash = hash_text(info.edit_new or "")
+            return _NOT_A_FILE_TOOL
+        content = hash_text(info.content) if info.content is not None else None
+        edited = info.edit_old is not None or info.edit_new is not None
+        return (info.tool_class, info.file_path, info.command, content,
+                hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
 
     def _usage(self, step: Step, a: _Attrs) -> None:
         step.input_tokens = a.count(_INPUT_TOKEN_KEYS, "input_tokens") or 0
