@@ -65,13 +65,25 @@ class EndpointConfig(_Section):
 
 
 class GrpcEndpointConfig(EndpointConfig):
-    """The OTLP/gRPC listener. Default endpoint: ``0.0.0.0:4317``."""
+    """The OTLP/gRPC listener.
+
+    Attributes:
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4317``.
+        max_request_mib: request size limit after decompression, in MiB (RESOURCE_EXHAUSTED beyond it).
+            Default: 64.
+    """
 
     endpoint: str = "0.0.0.0:4317"
 
 
 class HttpEndpointConfig(EndpointConfig):
-    """The OTLP/HTTP listener. Default endpoint: ``0.0.0.0:4318``."""
+    """The OTLP/HTTP listener.
+
+    Attributes:
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4318``.
+        max_request_mib: request size limit after decompression, in MiB (HTTP 413 beyond it; gzip bodies
+            are cut off at the limit, never inflated whole). Default: 64.
+    """
 
     endpoint: str = "0.0.0.0:4318"
 
@@ -161,7 +173,8 @@ class ExporterConfig(_Section):
         retry_initial_interval: first backoff. Default: 1s.
         retry_max_interval: backoff cap. Default: 30s.
         shutdown_grace: how long SIGTERM waits for the queue to drain. Default: 30s.
-        tls: TLS settings towards the upstream.
+        tls: TLS settings towards the upstream. Default: plaintext unless the endpoint is ``grpcs://`` or
+            ``https://``.
     """
 
     endpoint: str | None = None
@@ -281,7 +294,7 @@ class MappingConfig(_Section):
 
     Attributes:
         rules: extra rules tried before the built-in conventions. Default: [].
-        tools: tool classification patterns.
+        tools: tool classification patterns. Default: the built-in patterns for common coding agents.
         max_text_bytes: longest attribute value read for hashing; longer values are hashed by prefix
             and length so huge payloads are not copied around. Default: 65536.
     """

