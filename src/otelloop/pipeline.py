@@ -208,44 +208,45 @@ def _remember_scores(session: Session, ctx: StepContext) -> None:
 class _Usage:
     """Per-request aggregation of step metrics, flushed once, so the hot path does not touch labels."""
 
-    __slots__ = ("metrics", "steps", "tokens_in", "tokens_out", "cost", "findings", "entropy")
+    __slots__ = ("metrics", "by_key", "findings", "entropy")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.steps: Counter[tuple[str, str]] = Counter()
-        self.tokens_in: Counter[tuple[str, str]] = Counter()
-        self.tokens_out: Counter[tuple[str, str]] = Counter()
-        self.cost: Counter[tuple[str, str]] = Counter()
+        #: (kind, service, model) -> [steps, input tokens, output tokens, cost]
+        self.by_key: dict[tuple[str, str, str], list[float]] = {}
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
         self.entropy: list[float] = []
 
     def add(self, step: Step, ctx: StepContext) -> None:
-        self.steps[(step.kind, step.service)] += 1
-        if step.input_tokens or step.output_tokens or step.cost_usd:
-            key = (step.service, step.model or "")
-            self.tokens_in[key] += step.input_tokens
-            self.tokens_out[key] += step.output_tokens
-            self.cost[key] += step.cost_usd
-        for f in ctx.findings:
-            self.findings[(f.detector, f.finding, f.severity, step.service)] += 1
+        key = (step.kind, step.service, step.model or "")
+        totals = self.by_key.get(key)
+        if totals is None:
+            totals = self.by_key[key] = [0, 0, 0, 0.0]
+        totals[0] += 1
+        totals[1] += step.input_tokens
+        totals[2] += step.output_tokens
+        totals[3] += step.cost_usd
+        if ctx.findings:
+            for f in ctx.findings:
+                self.findings[(f.detector, f.finding, f.severity, step.service)] += 1
         score = ctx.attributes.get("otelloop.entropy_score")
-        if isinstance(score, float):
-            self.entropy.append(score)
+        if score is not None:
+            self.entropy.append(score)  # type: ignore[arg-type]
 
     def flush(self) -> None:
         m = self.metrics
         svc, model = m.service_label, m.model_label
-        for (kind, service), n in self.steps.items():
-            m.steps.labels(kind, svc(service)).inc(n)
-        for key, n in self.tokens_in.items():
-            if n:
-                m.tokens.labels("input", svc(key[0]), model(key[1])).inc(n)
-        for key, n in self.tokens_out.items():
-            if n:
-                m.tokens.labels("output", svc(key[0]), model(key[1])).inc(n)
-        for key, usd in self.cost.items():
-            if usd:
-                m.cost.labels(svc(key[0]), model(key[1])).inc(usd)
+        for (kind, service, model_name), (n, tokens_in, tokens_out, usd) in self.by_key.items():
+            service_l = svc(service)
+            m.steps.labels(kind, service_l).inc(n)
+            if tokens_in or tokens_out or usd:
+                model_l = model(model_name)
+                if tokens_in:
+                    m.tokens.labels("input", service_l, model_l).inc(tokens_in)
+                if tokens_out:
+                    m.tokens.labels("output", service_l, model_l).inc(tokens_out)
+                if usd:
+                    m.cost.labels(service_l, model_l).inc(usd)
         for (detector, finding, severity, service), n in self.findings.items():
             m.findings.labels(detector, finding, severity, svc(service)).inc(n)
         for score in self.entropy:

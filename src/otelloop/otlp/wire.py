@@ -158,26 +158,33 @@ def encode_any_value(value: AttrValue) -> bytes:
     raise TypeError(f"unsupported attribute value type {type(value).__name__}")
 
 
-_KV_CACHE: dict[tuple[str, Any], bytes] = {}
-
-
 def encode_key_value(key: str, value: AttrValue) -> bytes:
-    """KeyValue: key=1, value=2. Small string/bool values are memoised (verdicts, severities)."""
-    cacheable = isinstance(value, (str, bool)) and (not isinstance(value, str) or len(value) <= 32)
+    """KeyValue: key=1, value=2."""
+    return _ld(0x0A, key.encode()) + _ld(0x12, encode_any_value(value))
+
+
+_ATTR_CACHE: dict[tuple[str, Any], bytes] = {}
+
+
+def _span_attribute(key: str, value: AttrValue) -> bytes:
+    """One Span.attributes (field 9) entry; short string and bool values are memoised (verdicts, severities)."""
+    cacheable = isinstance(value, bool) or (isinstance(value, str) and len(value) <= 32)
     if cacheable:
-        ck = (key, value)
-        hit = _KV_CACHE.get(ck)
+        hit = _ATTR_CACHE.get((key, value))
         if hit is not None:
             return hit
-    encoded = _ld(0x0A, key.encode()) + _ld(0x12, encode_any_value(value))
-    if cacheable and len(_KV_CACHE) < 4096:
-        _KV_CACHE[ck] = encoded
+    encoded = _ld(0x4A, encode_key_value(key, value))
+    if cacheable and len(_ATTR_CACHE) < 4096:
+        _ATTR_CACHE[(key, value)] = encoded
     return encoded
 
 
 def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
-    """Span.attributes (field 9) entries, ready to append to a serialised span."""
-    return b"".join(_ld(0x4A, encode_key_value(k, v)) for k, v in attributes.items())
+    """Span.attributes entries, ready to append to a serialised span."""
+    if len(attributes) == 1:
+        for key, value in attributes.items():
+            return _span_attribute(key, value)
+    return b"".join([_span_attribute(k, v) for k, v in attributes.items()])
 
 
 def encode_span_event(name: str, time_unix_nano: int, attributes: dict[str, AttrValue]) -> bytes:
