@@ -112,7 +112,8 @@ class Tracing:
                 self.provider.add_span_processor(SimpleSpanProcessor(exporter))
             else:
                 self.provider.add_span_processor(BatchSpanProcessor(
-                    exporter, max_queue_size=BATCH, max_export_batch_size=BATCH, schedule_delay_millis=60_000))
+                    exporter, max_queue_size=BATCH, max_export_batch_size=BATCH,
+                    schedule_delay_millis=60_000))
         self._switch = switch
         switch.current = self.provider
 
@@ -224,3 +225,17 @@ def oi_node(attrs: dict[str, Any], span_name: str) -> str:
         return json.loads(attrs.get("metadata") or "{}").get("langgraph_node") or span_name
     except ValueError:
         return span_name
+
+
+def node_span() -> trace_api.Span:
+    """The span of the LangGraph node (or tool) running now, as OpenInference traced it.
+
+    OpenInference never attaches its spans to the OTel context (callbacks may not detach them), so
+    ``opentelemetry.trace.get_current_span()`` inside a node is not the node's span; OpenInference's
+    own ``get_current_span`` finds it from LangChain's run context.
+    """
+    from openinference.instrumentation.langchain import get_current_span
+
+    span = get_current_span()
+    assert span is not None, "not inside a traced LangGraph node"
+    return span

@@ -264,3 +264,22 @@ def test_mapping_rules_from_config() -> None:
 def test_steps_processed_by_start_time_within_a_request() -> None:
     late, early = tool_span("b", i=20), tool_span("a", i=10)
     assert [s.name for s in map_request(request(late, early))] == ["a", "b"]
+
+
+def test_step_kind_declared_in_openinference_metadata() -> None:
+    meta = json.dumps({"langgraph_node": "otelloop_guard", "otelloop.step.kind": "ignore"})
+    assert one({"openinference.span.kind": "CHAIN", "metadata": meta}) is None
+    meta = json.dumps({"langgraph_node": "review", "otelloop.step.kind": "tool"})
+    assert one({"openinference.span.kind": "CHAIN", "metadata": meta}).kind == "tool"
+
+
+@pytest.mark.parametrize("tool, raw, expected", [
+    ("run_command", "pytest -q tests/test_app.py", ("exec", None, "pytest -q tests/test_app.py")),
+    ("run_command", '"pytest -q"', ("exec", None, "pytest -q")),
+    ("read_file", "src/app.py", ("read", "src/app.py", None)),
+    ("search_web", "weather in Paris", (None, None, None)),
+], ids=["exec", "exec-json-string", "read", "not-a-file-tool"])
+def test_bare_string_arguments_of_single_argument_tools(tool: str, raw: str, expected: tuple) -> None:
+    s = span("t", {"openinference.span.kind": "TOOL", "tool.name": tool, "input.value": raw})
+    step = map_request(request(s))[0]
+    assert (step.tool_class, step.file_path, step.command) == expected

@@ -128,7 +128,9 @@ def add_verdict_guard(builder: StateGraph, *, after: str, next_node: str, name: 
     :class:`VerdictGuard`'s (``base_url``, ``session_key``, ``timeout``, …).
     """
     guard = VerdictGuard(next_node=next_node, **options)
-    builder.add_node(name, guard, destinations=guard.destinations)
+    # The guard is otelloop's own machinery, not an agent turn: its spans opt out of step mapping
+    # (OpenInference copies node metadata into the span's ``metadata`` attribute).
+    builder.add_node(name, guard, destinations=guard.destinations, metadata={"otelloop.step.kind": "ignore"})
     builder.add_edge(after, name)
     return guard
 

@@ -224,8 +224,14 @@ class StallDetector(Detector):
         name = step.node or step.name
         node = _turn_continued(graph, name, step)
         if node is not None:
+            encloses = step.start_ns <= graph.turn_start and graph.turn_end <= step.end_ns
             _extend_turn(graph, node, step)
             halts = self._budgets(graph, node)
+            if encloses:
+                # The node's own span, arriving after a nested span of it (spans exported as they end):
+                # the turn's output, diff and failure are the node's, not those of its inner chain.
+                self._record_signals(state, node, step, replace=True)
+                halts += self._signals(node)
         else:
             node = self._new_turn(state, graph, name, step)
             if node is None:
@@ -257,7 +263,8 @@ class StallDetector(Detector):
         self._record_signals(state, node, step)
         return node
 
-    def _record_signals(self, state: StallState, node: NodeStats, step: Step) -> None:
+    def _record_signals(self, state: StallState, node: NodeStats, step: Step, replace: bool = False) -> None:
+        """Append the turn's signals; ``replace`` overwrites the current turn's instead."""
         cfg = self.config
         keep = max(cfg.repeated_output_threshold, cfg.unchanged_diff_threshold,
                    cfg.unchanged_failures_threshold, OSCILLATION_RUN, EVIDENCE)
@@ -265,10 +272,11 @@ class StallDetector(Detector):
         if failure is None and step.outcome == "error":
             failure = step.error_signature
         diff = step.diff_hash if step.diff_hash is not None else _derived_diff(state, step)
-        node.outputs = (*node.outputs, step.output_hash)[-keep:]
-        node.diffs = (*node.diffs, diff)[-keep:]
-        node.failures = (*node.failures, failure)[-keep:]
-        node.failing = (*node.failing, step.failing_tests)[-keep:]
+        end = -1 if replace else None
+        node.outputs = (*node.outputs[:end], step.output_hash)[-keep:]
+        node.diffs = (*node.diffs[:end], diff)[-keep:]
+        node.failures = (*node.failures[:end], failure)[-keep:]
+        node.failing = (*node.failing[:end], step.failing_tests)[-keep:]
 
     def _budgets(self, graph: Graph, node: NodeStats) -> list[_Halt]:
         """The first budget the node, its current turn or its cycle has exceeded, if any."""

@@ -11,7 +11,10 @@ fsync per request costs well under a millisecond on an SSD, which is why the ins
 path instead of a batching thread that would have to hold the client's answer back anyway.
 
 Delivery is at-least-once, in order: a row is deleted only after the sender acknowledges its batch, so a
-crash between delivery and deletion sends that batch again after the restart. Rows are read back in
+crash between delivery and deletion sends that batch again after the restart. The deletion itself commits
+with ``synchronous=NORMAL``: it survives a process crash, and the next fsync of the log (the next ``put``
+or checkpoint) makes it survive a power cut too; losing it would only mean sending the batch again, so it
+is not worth a second fsync per request. Rows are read back in
 insertion order (an AUTOINCREMENT key, never reused), which keeps every session's spans in order.
 
 Bounds. The queue holds at most ``capacity_spans`` spans and ``capacity_bytes`` bytes of requests, and, like
@@ -87,7 +90,6 @@ class PersistentQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.directory / LOCK_NAME)
         self._db = self._open()
-        self._load()
 
     # -- SpanQueue ----------------------------------------------------------------------------------
 
@@ -158,15 +160,19 @@ class PersistentQueue:
             return
         if last is None:  # cannot happen with one consumer; keep the counters honest anyway
             log.error("persistent queue: acknowledged %d requests but fewer are queued", batch.requests)
-            self._load()
+            self._load(self._db)
             return
         self._acked_through = last[0]
         self._rows -= batch.requests
         self._spans -= batch.spans
         self._bytes -= len(batch.data)
         try:
-            with self._db:
-                self._db.execute("DELETE FROM requests WHERE id <= ?", (self._acked_through,))
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self._db:
+                    self._db.execute("DELETE FROM requests WHERE id <= ?", (self._acked_through,))
+            finally:
+                self._db.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as e:
             self._storage_failed("delete delivered requests (they may be sent again after a restart)", e)
             return
@@ -190,12 +196,21 @@ class PersistentQueue:
     # -- opening, checking, setting aside -----------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        """Open (or create) the queue file; a damaged one is set aside and replaced by an empty one."""
+        """Open (or create) the queue file and load its counters; a damaged file is set aside and
+        replaced by an empty one. Errors of the fresh file (a read-only directory, say) are fatal."""
         try:
-            return _connect(self.path)
+            db = _connect(self.path)
+            try:
+                self._load(db)
+            except BaseException:
+                db.close()
+                raise
+            return db
         except (sqlite3.DatabaseError, _Unusable) as e:
             self._set_aside(e)
-        return _connect(self.path)
+        db = _connect(self.path)
+        self._load(db)
+        return db
 
     def _set_aside(self, reason: Exception) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -212,9 +227,9 @@ class PersistentQueue:
         log.error("persistent export queue %s is unreadable (%s): moved it aside to %s and started an empty "
                   "queue; the requests it held will not be delivered", self.path, _describe(reason), target)
 
-    def _load(self) -> None:
+    def _load(self, db: sqlite3.Connection) -> None:
         """Counters from the rows left by a previous run (they are delivered first, in order)."""
-        rows, spans, nbytes, first = self._db.execute(
+        rows, spans, nbytes, first = db.execute(
             "SELECT count(*), coalesce(sum(spans), 0), coalesce(sum(nbytes), 0), coalesce(min(id), 1) "
             "FROM requests").fetchone()
         self._rows, self._spans, self._bytes = rows, spans, nbytes
@@ -251,7 +266,8 @@ class PersistentQueue:
             free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
             page = self._db.execute("PRAGMA page_size").fetchone()[0]
             if free * page >= _VACUUM_FREE_BYTES:
-                self._db.execute("PRAGMA incremental_vacuum")
+                # executescript steps the pragma to completion; execute() would free a single page
+                self._db.executescript("PRAGMA incremental_vacuum;")
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as e:
             self._storage_failed("shrink the queue file", e)

@@ -159,6 +159,28 @@ class _Attrs:
         return None
 
 
+def _unquote(raw: str) -> str:
+    """A JSON string literal's content (``"pytest -q"`` → ``pytest -q``); other text unchanged."""
+    if raw.startswith('"'):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+        return value if isinstance(value, str) else raw
+    return raw
+
+
+def _metadata_kind(raw: str) -> str | None:
+    """``otelloop.step.kind`` declared inside an OpenInference ``metadata`` JSON (e.g. LangGraph node metadata)."""
+    if "otelloop.step.kind" not in raw:
+        return None
+    try:
+        kind = json.loads(raw).get("otelloop.step.kind")
+    except (ValueError, AttributeError):
+        return None
+    return kind if kind in ("tool", "llm", "system", "ignore") else None
+
+
 def _any_to_py(v: Any) -> Any:
     which = v.WhichOneof("value")
     if which == "array_value":
@@ -233,6 +255,10 @@ class Mapper:
                 return explicit
         if "logfire.span_type" in present and a.span["logfire.span_type"].string_value == "pending_span":
             return None
+        if "metadata" in present:  # OpenInference carries run/node metadata as one JSON string
+            declared = _metadata_kind(a.span["metadata"].string_value)
+            if declared is not None:
+                return declared
         for key, table in _KIND_SOURCES:
             if key in present:
                 kind = table.get(a.span[key].string_value)
@@ -324,7 +350,7 @@ class Mapper:
         key = (step.name, raw_args)
         details = self._tool_cache.get(key)
         if details is None:
-            details = self._classify(step.name, parsed)
+            details = self._classify(step.name, raw_args, parsed)
             if len(self._tool_cache) >= 8192:
                 self._tool_cache.clear()
             self._tool_cache[key] = details
@@ -332,8 +358,11 @@ class Mapper:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
              step.edit_new_hash) = details
 
-    def _classify(self, name: str, parsed: dict[str, Any] | None) -> tuple[Any, ...]:
-        info = self.tools.classify(name, parsed)
+    def _classify(self, name: str, raw_args: str, parsed: dict[str, Any] | None) -> tuple[Any, ...]:
+        if parsed is None and raw_args and raw_args.lstrip()[:1] not in ("{", "["):
+            info = self.tools.classify_text(name, _unquote(raw_args))
+        else:
+            info = self.tools.classify(name, parsed)
         if info is None:
             return _NOT_A_FILE_TOOL
         content = hash_text(info.content) if info.content is not None else None

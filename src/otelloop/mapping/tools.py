@@ -146,6 +146,20 @@ class ToolClassifier:
         return _write_info(file_path, args)
 
 
+    def classify_text(self, tool_name: str, text: str) -> ToolInfo | None:
+        """A call whose only argument is a bare string (OpenInference records single-argument LangChain
+        tools that way): it is the command of an exec tool or the path of a read tool."""
+        tool_class = self.class_of(tool_name)
+        text = text.strip()
+        if tool_class is None or not text:
+            return None
+        if tool_class == "exec":
+            return ToolInfo("exec", command=text)
+        if tool_class == "read" and "\n" not in text and len(text) <= 4096:
+            return ToolInfo("read", file_path=text)
+        return ToolInfo(tool_class)
+
+
 def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
     """A write: a replace-style edit if it names old/new text, else a full write if it carries content.
 

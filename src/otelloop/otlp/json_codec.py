@@ -44,21 +44,30 @@ def _fix_ids(obj: dict[str, Any], where: str) -> None:
             obj[name] = _hex_to_b64(obj[name], name, size, where)
 
 
+def _items(value: Any, where: str) -> list[Any]:
+    """A repeated field's elements: absent or null is empty, anything but an array is an error."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise JSONDecodeError(f"{where}: must be an array")
+    return value
+
+
 def _walk(doc: Any) -> None:
     if not isinstance(doc, dict):
         raise JSONDecodeError("the body must be a JSON object with resourceSpans")
-    for i, rs in enumerate(doc.get("resourceSpans") or []):
+    for i, rs in enumerate(_items(doc.get("resourceSpans"), "resourceSpans")):
         if not isinstance(rs, dict):
             raise JSONDecodeError(f"resourceSpans[{i}]: must be an object")
-        for j, ss in enumerate(rs.get("scopeSpans") or []):
+        for j, ss in enumerate(_items(rs.get("scopeSpans"), f"resourceSpans[{i}].scopeSpans")):
             if not isinstance(ss, dict):
                 raise JSONDecodeError(f"resourceSpans[{i}].scopeSpans[{j}]: must be an object")
-            for k, span in enumerate(ss.get("spans") or []):
+            for k, span in enumerate(_items(ss.get("spans"), f"resourceSpans[{i}].scopeSpans[{j}].spans")):
                 where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
                 if not isinstance(span, dict):
                     raise JSONDecodeError(f"{where}: must be an object")
                 _fix_ids(span, where)
-                for m, link in enumerate(span.get("links") or []):
+                for m, link in enumerate(_items(span.get("links"), f"{where}.links")):
                     if isinstance(link, dict):
                         _fix_ids(link, f"{where}.links[{m}]")
 
@@ -72,11 +81,15 @@ def json_to_request(body: bytes | str | dict[str, Any]) -> PB2ExportTraceService
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise JSONDecodeError(f"not valid JSON: {e}") from None
+        except RecursionError:
+            raise JSONDecodeError("not valid JSON: nested too deeply") from None
     _walk(doc)
     try:
         return json_format.ParseDict(doc, PB2ExportTraceServiceRequest(), ignore_unknown_fields=True)
     except json_format.ParseError as e:
         raise JSONDecodeError(str(e)) from None
+    except RecursionError:  # deeper than protobuf's own nesting limit allows
+        raise JSONDecodeError("values nested too deeply") from None
 
 
 def json_to_protobuf(body: bytes | str) -> bytes:
