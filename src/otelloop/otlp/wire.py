@@ -163,19 +163,26 @@ def encode_key_value(key: str, value: AttrValue) -> bytes:
     return _ld(0x0A, key.encode()) + _ld(0x12, encode_any_value(value))
 
 
-_ATTR_CACHE: dict[tuple[str, Any], bytes] = {}
+_ATTR_CACHE: dict[tuple[str, type, Any], bytes] = {}
 
 
 def _span_attribute(key: str, value: AttrValue) -> bytes:
-    """One Span.attributes (field 9) entry; short string and bool values are memoised (verdicts, severities)."""
-    cacheable = isinstance(value, bool) or (isinstance(value, str) and len(value) <= 32)
+    """One Span.attributes (field 9) entry.
+
+    Scalars are memoised by (key, type, value) — verdicts, severities and scores take few distinct
+    values; the type is part of the key because ``1 == 1.0 == True`` in Python but not on the wire.
+    """
+    cacheable = not isinstance(value, (list, tuple)) and (not isinstance(value, str) or len(value) <= 32)
     if cacheable:
-        hit = _ATTR_CACHE.get((key, value))
+        ck = (key, type(value), value)
+        hit = _ATTR_CACHE.get(ck)
         if hit is not None:
             return hit
     encoded = _ld(0x4A, encode_key_value(key, value))
-    if cacheable and len(_ATTR_CACHE) < 4096:
-        _ATTR_CACHE[(key, value)] = encoded
+    if cacheable:
+        if len(_ATTR_CACHE) >= 16384:
+            _ATTR_CACHE.clear()
+        _ATTR_CACHE[ck] = encoded
     return encoded
 
 
