@@ -70,3 +70,8 @@ def test_replace_leaves_one_value() -> None:
 def test_unsupported_value_type_is_an_error() -> None:
     with pytest.raises(TypeError):
         wire.encode_any_value({"a": 1})  # type: ignore[arg-type]
+
+
+def test_memoised_encodings_keep_the_value_type() -> None:
+    decoded = [attrs_of(Span.FromString(wire.encode_span_attributes({"k": v}))) for v in (True, 1, 1.0)]
+    assert [type(d["k"]) for d in decoded] == [bool, int, float]
