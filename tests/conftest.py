@@ -1,3 +1,55 @@
-"""Shared fixtures. ``tests/`` is on sys.path, so test modules import ``helpers`` and ``sinks`` directly."""
+"""Shared fixtures. ``tests/`` is on sys.path, so test modules import ``helpers``, ``spans``, ``served`` and
+``sinks`` directly.
+
+End-to-end tests get a background event loop for the async sinks (``loop``), started sinks on 127.0.0.1
+(``grpc_sink``, ``http_sink``), and ``serve``: a factory of real ``otelloop serve`` subprocesses that are
+stopped by their pid after the test.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from served import BackgroundLoop, Served
+from sinks import GrpcSink, HttpSink
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[BackgroundLoop]:
+    bg = BackgroundLoop()
+    yield bg
+    bg.close()
+
+
+@pytest.fixture
+def grpc_sink(loop: BackgroundLoop) -> Iterator[GrpcSink]:
+    sink = loop.run(GrpcSink().start())
+    yield sink
+    loop.run(sink.stop())
+
+
+@pytest.fixture
+def http_sink(loop: BackgroundLoop) -> Iterator[HttpSink]:
+    sink = loop.run(HttpSink().start())
+    yield sink
+    loop.run(sink.stop())
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    """``serve(config, **kw)`` starts ``otelloop serve``; every process started is stopped afterwards."""
+    started: list[Served] = []
+
+    def start(config: dict[str, Any] | None = None, **kw: Any) -> Served:
+        d = tmp_path / f"otelloop{len(started)}"
+        d.mkdir()
+        s = Served(d, config, **kw)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -119,6 +120,13 @@ class Served:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024
         return 0.0
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on yet (an upstream that is started later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def http_call(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None,

@@ -7,12 +7,12 @@ import json
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from conftest import free_port
 from google.rpc import error_details_pb2, status_pb2
 from served import BackgroundLoop, Served, http_call, http_response, wait_for
 from sinks import GrpcSink, HttpSink
@@ -20,53 +20,6 @@ from spans import attrs_of, parse, request, span, tool_span
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
-@pytest.fixture
-def grpc_sink(loop: BackgroundLoop) -> Iterator[GrpcSink]:
-    sink = loop.run(GrpcSink().start())
-    yield sink
-    loop.run(sink.stop())
-
-
-@pytest.fixture
-def http_sink(loop: BackgroundLoop) -> Iterator[HttpSink]:
-    sink = loop.run(HttpSink().start())
-    yield sink
-    loop.run(sink.stop())
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def start(config: dict[str, Any] | None = None, **kw: Any) -> Served:
-        s = _served(tmp_path, len(started), config, **kw)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-def _served(tmp_path: Path, n: int, config: dict[str, Any] | None, **kw: Any) -> Served:
-    d = tmp_path / f"otelloop{n}"
-    d.mkdir()
-    return Served(d, config, **kw)
 
 
 def delivered_spans(sink: Any) -> list[Any]:

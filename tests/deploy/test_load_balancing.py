@@ -269,13 +269,6 @@ def findings_counters(o: Served) -> dict[tuple[str, ...], float]:
 
 
 # ------------------------------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
 @pytest.fixture
 def sinks(loop: BackgroundLoop) -> Iterator[list[GrpcSink]]:
     started = [loop.run(GrpcSink().start()) for _ in range(REPLICAS + 1)]

@@ -26,7 +26,7 @@ from typing import Any, Self
 import grpc
 import pytest
 import yaml
-from served import BackgroundLoop, Served, http_call, wait_for
+from served import Served, http_call, wait_for
 from sinks import GrpcSink
 from spans import request, span, tool_span
 
@@ -235,20 +235,6 @@ def active_loop_alerts(prom: Prometheus) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
-@pytest.fixture
-def grpc_sink(loop: BackgroundLoop) -> Iterator[GrpcSink]:
-    sink = loop.run(GrpcSink().start())
-    yield sink
-    loop.run(sink.stop())
-
-
 @pytest.fixture
 def otelloop(tmp_path: Path, grpc_sink: GrpcSink) -> Iterator[Served]:
     d = tmp_path / "otelloop"
