@@ -12,9 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import free_port
 from google.rpc import error_details_pb2, status_pb2
-from served import BackgroundLoop, Served, http_call, http_response, wait_for
+from served import BackgroundLoop, Served, free_port, http_call, http_response, wait_for
 from sinks import GrpcSink, HttpSink
 from spans import attrs_of, parse, request, span, tool_span
 

@@ -10,7 +10,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sinks import GrpcSink, MakeExporter, exporter_config, free_port, make_request, sample, span_names, wait_until
+from sinks import (
+    GrpcSink,
+    MakeExporter,
+    exporter_config,
+    free_port,
+    make_request,
+    sample,
+    span_names,
+    wait_until,
+)
 
 from otelloop.export.persistent import FILE_NAME, PersistentQueue, QueueLocked
 from otelloop.telemetry import Metrics
@@ -81,7 +90,7 @@ def test_every_acknowledged_put_survives_sigkill(qdir: Path) -> None:
             if i == 149:
                 os.kill(os.getpid(), signal.SIGKILL)
     """)
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == -9
     acknowledged = [int(line) for line in proc.stdout.split()]
     assert acknowledged == list(range(150))
