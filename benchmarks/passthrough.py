@@ -7,13 +7,10 @@ handler, an awaited upstream call per request), so the ratio isolates what otell
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 
 import grpc
-
-SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-METHOD = f"/{SERVICE}/Export"
+from rawgrpc import METHOD, serve_until_sigterm
 
 
 async def main(port: int, upstream: str) -> None:
@@ -24,17 +21,7 @@ async def main(port: int, upstream: str) -> None:
         await forward(data, timeout=30)
         return b""
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
-        "Export": grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
-                                                      response_serializer=None)}),))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print(bound, flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await server.stop(0)
+    await serve_until_sigterm(port, export)
 
 
 if __name__ == "__main__":

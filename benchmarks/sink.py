@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 
 import grpc
-
-SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+from rawgrpc import serve_until_sigterm
 
 
 async def main(port: int) -> None:
@@ -19,18 +17,8 @@ async def main(port: int) -> None:
         count["bytes"] += len(data)
         return b""
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
-        "Export": grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
-                                                      response_serializer=None)}),))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print(bound, flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
+    await serve_until_sigterm(port, export)
     print(count, flush=True)
-    await server.stop(0)
 
 
 if __name__ == "__main__":
