@@ -216,4 +216,8 @@ def serve(config: Config, config_path: str | None, overrides: dict[str, Any], re
     logging.basicConfig(level=os.environ.get("OTELLOOP_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     service = Service(config, config_path, overrides, ready_file)
-    asyncio.run(service.run())
+    try:
+        asyncio.run(service.run())
+    except OSError as e:  # a port in use, an unreadable certificate, a queue directory held by another process
+        log.error("cannot start: %s", e)
+        sys.exit(1)

@@ -57,8 +57,9 @@ _VACUUM_FREE_BYTES = 8 << 20
 _ERROR_LOG_INTERVAL = 10.0
 
 
-class QueueLocked(RuntimeError):
-    """Another process holds the persistent queue directory."""
+class QueueLocked(OSError):
+    """Another process holds the persistent queue directory (an OSError: the service reports it as a
+    start-up failure, like a port in use)."""
 
 
 class PersistentQueue:
@@ -321,7 +322,7 @@ def _verify_or_create(db: sqlite3.Connection) -> None:
 
 
 def _lock(path: Path) -> IO[bytes]:
-    handle = open(path, "ab")
+    handle = open(path, "ab")  # noqa: SIM115  (held open for the queue's lifetime: it is the lock)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

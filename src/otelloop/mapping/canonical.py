@@ -20,6 +20,8 @@ VOLATILE_OUTPUT_KEYS = frozenset({
 #: Canonical texts kept for similarity detectors are cut to this many characters.
 TEXT_LIMIT = 256
 _CACHE_LIMIT = 8192
+#: Total characters of raw text a memo keeps before it starts over (8 Mi characters: 8-32 MiB).
+_CACHE_CHARS = 8 << 20
 
 
 def hash_bytes(data: bytes) -> int:
@@ -52,8 +54,8 @@ class Canonicalizer:
 
     def __init__(self, max_text_bytes: int = 65536) -> None:
         self.max_text_bytes = max_text_bytes
-        self._args: dict[str, tuple[int, str, dict[str, Any] | None]] = {}
-        self._outputs: dict[str, tuple[int, bool]] = {}
+        self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
+        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty)
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
         """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
@@ -61,12 +63,13 @@ class Canonicalizer:
         if hit is not None:
             return hit
         parsed = self._parse(raw)
+        result: tuple[int, str, dict[str, Any] | None]
         if parsed is _UNPARSED:
             result = (hash_text(raw), raw[:TEXT_LIMIT], None)
         else:
             canonical = _dumps(parsed)
             result = (hash_text(canonical), canonical[:TEXT_LIMIT], parsed if isinstance(parsed, dict) else None)
-        _remember(self._args, raw, result)
+        self._args.remember(raw, result, len(raw))
         return result
 
     def output(self, raw: str) -> tuple[int, bool]:
@@ -80,7 +83,7 @@ class Canonicalizer:
         else:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_volatile(parsed))), empty)
-        _remember(self._outputs, raw, result)
+        self._outputs.remember(raw, result, len(raw))
         return result
 
     def _parse(self, raw: str) -> Any:
@@ -98,10 +101,31 @@ class Canonicalizer:
 _UNPARSED = object()
 
 
-def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
-    if len(cache) >= _CACHE_LIMIT:
-        cache.clear()  # cheap bound; the working set of a looping agent refills it at once
-    cache[key] = value
+class Memo(dict[Any, Any]):
+    """A memo keyed by raw agent text, bounded in entries and in the total length of that text.
+
+    A bound in entries alone is no bound in bytes when keys are agent payloads, and a huge payload kept
+    as a key would stay alive long after its request; so keys longer than ``max_key`` are not kept at
+    all (such values are rare and are only hashed anyway), and the memo starts over when either bound
+    is reached (cheap, and the working set of a looping agent refills it at once).
+    """
+
+    __slots__ = ("chars", "max_key")
+
+    def __init__(self, max_key: int) -> None:
+        super().__init__()
+        self.chars = 0
+        self.max_key = max_key
+
+    def remember(self, key: Any, value: Any, size: int) -> None:
+        """Keep ``value`` under ``key``, whose raw text is ``size`` characters long."""
+        if size > self.max_key:
+            return
+        if len(self) >= _CACHE_LIMIT or self.chars + size > _CACHE_CHARS:
+            self.clear()
+            self.chars = 0
+        self[key] = value
+        self.chars += size
 
 
 _VOLATILE_ERROR = [

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otelloop.config import Config, MappingRule
-from otelloop.mapping.canonical import Canonicalizer, error_signature, hash_text
+from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
 
@@ -227,7 +227,7 @@ class Mapper:
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
         self.canonical = Canonicalizer(config.mapping.max_text_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
-        self._tool_cache: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
 
     def resource_keys(self, res_attrs: Any) -> set[str]:
         return self.keys.intersection(res_attrs)
@@ -351,9 +351,7 @@ class Mapper:
         details = self._tool_cache.get(key)
         if details is None:
             details = self._classify(step.name, raw_args, parsed)
-            if len(self._tool_cache) >= 8192:
-                self._tool_cache.clear()
-            self._tool_cache[key] = details
+            self._tool_cache.remember(key, details, len(raw_args))
         if details is not _NOT_A_FILE_TOOL:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
              step.edit_new_hash) = details
