@@ -124,6 +124,18 @@ def test_inline_tokens_work_too(serve: Any) -> None:
     _assert_secret_free(o, TOKEN)
 
 
+def test_tokens_from_environment_variables(serve: Any) -> None:
+    o = serve({"receiver": {"auth": {"bearer_tokens_env": "OTLP_TOKENS"}}, "admin": {"token_env": "ADMIN_TOKEN"}},
+              env={"OTLP_TOKENS": f"{TOKEN}, {OTHER_TOKEN}", "ADMIN_TOKEN": ADMIN_TOKEN})
+    data = request(tool_span(trace=0xE1))
+    assert grpc_export(o.grpc, data) == grpc.StatusCode.UNAUTHENTICATED
+    assert grpc_export(o.grpc, data, (("authorization", f"Bearer {OTHER_TOKEN}"),)) == grpc.StatusCode.OK
+    pause = f"http://{o.admin}/v1/sessions/{format(0xE1, '032x')}/pause"
+    assert http_call("POST", pause, headers={"Authorization": "Bearer x"})[0] == 403
+    assert http_call("POST", pause, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})[0] == 200
+    _assert_secret_free(o, TOKEN, OTHER_TOKEN, ADMIN_TOKEN)
+
+
 def _http_response_headers(url: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
     from served import http_response
 
@@ -192,18 +204,25 @@ def test_tls_on_all_three_listeners(serve: Any, pki: Pki) -> None:
         urllib.request.urlopen(f"https://{o.admin}/healthz", timeout=5, context=ssl.create_default_context())
 
 
-def test_mtls_refuses_clients_without_a_certificate(serve: Any, pki: Pki) -> None:
-    o = serve(_tls(pki, mtls=True))
+@pytest.mark.parametrize("admin_mtls", [False, True], ids=["admin-plain-tls", "admin-mtls"])
+def test_mtls_refuses_clients_without_a_certificate(serve: Any, pki: Pki, admin_mtls: bool) -> None:
+    config = _tls(pki, mtls=True)
+    config["admin"] = {"require_client_cert": admin_mtls}
+    o = serve(config)
     data = request(tool_span())
     assert grpc_export(o.grpc, data, credentials=grpc_credentials(pki, with_cert=False)) == \
         grpc.StatusCode.UNAVAILABLE
     assert grpc_export(o.grpc, data, credentials=grpc_credentials(pki, with_cert=True)) == grpc.StatusCode.OK
     without, with_cert = client_context(pki, with_cert=False), client_context(pki, with_cert=True)
-    for url in (f"https://{o.http}/v1/traces", f"https://{o.admin}/metrics"):
-        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
-            https_call("POST" if "traces" in url else "GET", url, without, data, PROTOBUF)
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        https_call("POST", f"https://{o.http}/v1/traces", without, data, PROTOBUF)
     assert https_call("POST", f"https://{o.http}/v1/traces", with_cert, data, PROTOBUF)[0] == 200
     assert https_call("GET", f"https://{o.admin}/healthz", with_cert)[0] == 200
+    if admin_mtls:
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            https_call("GET", f"https://{o.admin}/metrics", without)
+    else:  # probes and Prometheus reach the admin port over plain TLS
+        assert https_call("GET", f"https://{o.admin}/healthz", without)[0] == 200
     assert o.stop() == 0
 
 

@@ -93,12 +93,14 @@ class AuthConfig(_Section):
 
     Attributes:
         bearer_tokens: accepted tokens; empty means no authentication. Default: [].
-        bearer_tokens_file: a file with one accepted token per line (read at start and on reload).
+        bearer_tokens_file: a file with one accepted token per line (read at start). Default: null.
+        bearer_tokens_env: name of an environment variable holding accepted tokens, comma-separated.
             Default: null.
     """
 
     bearer_tokens: list[str] = []
     bearer_tokens_file: str | None = None
+    bearer_tokens_env: str | None = None
 
 
 class TLSConfig(_Section):
@@ -199,13 +201,20 @@ class AdminConfig(_Section):
         endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
         token: bearer token required by the write endpoints (pause/resume). Default: null (open).
         token_file: file holding that token (takes precedence over ``token``). Default: null.
+        token_env: name of an environment variable holding that token (takes precedence over both).
+            Default: null.
         read_localhost_only: serve the sessions read API only to loopback clients. Default: false.
+        require_client_cert: when ``receiver.tls`` has a client CA, demand client certificates on the admin
+            listener too (off so that kubelet probes and Prometheus can reach ``/healthz`` and ``/metrics``
+            over plain TLS). Default: false.
     """
 
     endpoint: str = "0.0.0.0:9464"
     token: str | None = None
     token_file: str | None = None
+    token_env: str | None = None
     read_localhost_only: bool = False
+    require_client_cert: bool = False
 
     @field_validator("endpoint")
     @classmethod

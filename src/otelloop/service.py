@@ -48,6 +48,26 @@ def _read_secret_file(path: str | None) -> list[str]:
     return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def _read_secret_env(name: str | None) -> list[str]:
+    if not name:
+        return []
+    return [t.strip() for t in os.environ.get(name, "").split(",") if t.strip()]
+
+
+def receiver_tokens(cfg: Config) -> list[str]:
+    """Accepted OTLP bearer tokens: inline, from a file and from an environment variable."""
+    auth = cfg.receiver.auth
+    return list(auth.bearer_tokens) + _read_secret_file(auth.bearer_tokens_file) + _read_secret_env(
+        auth.bearer_tokens_env)
+
+
+def admin_token(cfg: Config) -> str | None:
+    """The admin write token: the environment variable, else the file, else the inline value."""
+    admin = cfg.admin
+    found = _read_secret_env(admin.token_env) or _read_secret_file(admin.token_file)
+    return found[0] if found else admin.token
+
+
 class Service:
     """One running otelloop.
 
@@ -89,19 +109,17 @@ class Service:
             log.info("no upstream configured: detect-only mode, findings are printed to stderr")
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
         self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded)
-        tokens = list(cfg.receiver.auth.bearer_tokens) + _read_secret_file(cfg.receiver.auth.bearer_tokens_file)
-        auth = BearerAuth(tokens)
+        auth = BearerAuth(receiver_tokens(cfg))
         tls = cfg.receiver.tls
         self.grpc = GrpcReceiver(self.ingest, cfg.receiver.grpc.endpoint,
                                  int(cfg.receiver.grpc.max_request_mib * (1 << 20)), auth, tls)
         await self.grpc.start()
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
         http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
-        self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, tls_enabled=True)
-        token = (_read_secret_file(cfg.admin.token_file) or [cfg.admin.token])[0] if (
-            cfg.admin.token_file or cfg.admin.token) else None
-        admin = AdminAPI(self.pipeline, self.readiness, token, cfg.admin.read_localhost_only)
-        self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint, tls_enabled=True)
+        self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
+        admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only)
+        self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
+                                                    client_certs=cfg.admin.require_client_cert)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._ready = True
         log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
@@ -112,11 +130,11 @@ class Service:
             tmp.write_text(json.dumps(self.addresses))
             tmp.replace(self.ready_file)
 
-    async def _serve(self, app: web.Application, endpoint: str, tls_enabled: bool) -> str:
+    async def _serve(self, app: web.Application, endpoint: str, client_certs: bool) -> str:
         host, port = split_host_port(endpoint)
         runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
         await runner.setup()
-        ssl_ctx = _server_ssl(self.config) if tls_enabled else None
+        ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
         await site.start()
         self._runners.append(runner)
@@ -198,7 +216,8 @@ def _address(endpoint: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _server_ssl(config: Config):  # type: ignore[no-untyped-def]
+def _server_ssl(config: Config, client_certs: bool):  # type: ignore[no-untyped-def]
+    """The listeners' TLS context (``receiver.tls``); client certificates demanded only where asked."""
     tls = config.receiver.tls
     if not tls.enabled:
         return None
@@ -206,7 +225,7 @@ def _server_ssl(config: Config):  # type: ignore[no-untyped-def]
 
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(tls.cert_file, tls.key_file)  # type: ignore[arg-type]
-    if tls.client_ca_file:
+    if tls.client_ca_file and client_certs:
         ctx.load_verify_locations(tls.client_ca_file)
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
