@@ -38,29 +38,6 @@ def report(scenario: str, **numbers: Any) -> None:
     print(f"\nreliability: {scenario}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()), flush=True)
 
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def start(config: dict[str, Any], **kw: Any) -> Served:
-        d = tmp_path / f"otelloop{len(started)}"
-        d.mkdir()
-        s = Served(d, config, **kw)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def delivered_ids(sink: GrpcSink) -> Counter[str]:
     """How often each span id reached the sink."""
     return Counter(s.span_id.hex() for data in list(sink.delivered) for s in parse(data))

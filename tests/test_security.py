@@ -8,7 +8,6 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +27,6 @@ ADMIN_TOKEN = "adm-51c0ffee7d2a4b19"
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(Path(tmp_path_factory.mktemp("pki")))
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[BackgroundLoop]:
-    bg = BackgroundLoop()
-    yield bg
-    bg.close()
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def start(config: dict[str, Any], **kw: Any) -> Served:
-        d = tmp_path / f"otelloop{len(started)}"
-        d.mkdir()
-        s = Served(d, config, **kw)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
 
 
 def grpc_export(target: str, data: bytes, metadata: tuple[tuple[str, str], ...] = (),

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import urllib.parse
@@ -26,7 +25,7 @@ from typing import Any, Self
 import grpc
 import pytest
 import yaml
-from served import Served, http_call, wait_for
+from served import Served, free_port, http_call, wait_for
 from sinks import GrpcSink
 from spans import request, span, tool_span
 
@@ -51,12 +50,6 @@ def prometheus_binary() -> str:
                     "&& apt-get install -y prometheus`); the live alert and dashboard checks need a real "
                     "server.")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_name() -> str:

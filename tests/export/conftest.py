@@ -11,6 +11,7 @@ from otelloop.config import ExporterConfig
 from otelloop.export import Exporter, build_exporter
 from otelloop.telemetry import Metrics
 
+
 @pytest.fixture
 def metrics() -> Metrics:
     return Metrics()

@@ -8,9 +8,9 @@ import logging
 import grpc
 import pytest
 from sinks import (
-    MakeExporter,
     OK,
     GrpcSink,
+    MakeExporter,
     Reply,
     exporter_config,
     free_port,
@@ -23,6 +23,7 @@ from sinks import (
 
 from otelloop.export import exporter as exporter_module
 from otelloop.telemetry import Metrics
+
 
 def endpoint(sink: GrpcSink) -> str:
     return f"127.0.0.1:{sink.port}"

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 from sinks import (
-    MakeExporter,
     HttpSink,
+    MakeExporter,
     Reply,
     exporter_config,
     free_port,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from sinks import (
-    MakeExporter,
     GrpcSink,
     HttpSink,
+    MakeExporter,
     Reply,
     exporter_config,
     free_port,

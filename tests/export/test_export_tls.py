@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cryptography  # noqa: E402,F401  (required: the TLS tests must not skip silently)
 import pytest
 from sinks import (
-    MakeExporter,
     GrpcSink,
     HttpSink,
+    MakeExporter,
     Pki,
     exporter_config,
     make_pki,
@@ -19,8 +20,6 @@ from sinks import (
 )
 
 from otelloop.telemetry import Metrics
-
-import cryptography  # noqa: E402,F401  (required: the TLS tests must not skip silently)
 
 
 @pytest.fixture(scope="module")
