@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from promql import allowed, metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "helm" / "otelloop" / "files"
@@ -17,14 +18,6 @@ RULES_TEST = FILES / "otelloop-rules_test.yaml"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 
 # SPEC §7, as exposed by Prometheus (counters end in _total; histograms also have _bucket/_sum/_count).
-SPEC_METRICS = {
-    "otelloop_spans_received_total", "otelloop_spans_refused_total", "otelloop_spans_exported_total",
-    "otelloop_spans_export_failed_total", "otelloop_export_queue_spans", "otelloop_export_queue_capacity_spans",
-    "otelloop_export_duration_seconds", "otelloop_request_duration_seconds", "otelloop_steps_total",
-    "otelloop_findings_total", "otelloop_sessions_active", "otelloop_sessions", "otelloop_sessions_evicted_total",
-    "otelloop_entropy_score", "otelloop_tokens_total", "otelloop_cost_usd_total", "otelloop_detector_errors_total",
-    "otelloop_mapping_errors_total", "otelloop_config_reloads_total", "otelloop_build_info",
-}
 EXPECTED_ALERTS = {
     "OtelloopAgentLoopDetected", "OtelloopCostBurnRateHigh", "OtelloopExportFailing",
     "OtelloopExportQueueNearFull", "OtelloopSpansRefused", "OtelloopSessionsEvicted", "OtelloopDown",
@@ -98,31 +91,6 @@ def test_every_alert_has_firing_and_quiet_cases() -> None:
     assert quiet == EXPECTED_ALERTS, EXPECTED_ALERTS - quiet
 
 
-def metric_names(expr: str) -> set[str]:
-    """Metric names in a PromQL expression (selectors not followed by "(", outside strings and label lists)."""
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    expr = re.sub(r"\{[^}]*\}", "", expr)
-    expr = re.sub(r"\[[^\]]*\]", "", expr)
-    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
-    names = set()
-    for m in re.finditer(r"(?<![\w.])[A-Za-z_:][A-Za-z0-9_:]*", expr):
-        rest = expr[m.end():].lstrip()
-        word = m.group(0)
-        if rest.startswith("(") or word in PROMQL_WORDS:
-            continue
-        names.add(word)
-    return names
-
-
-PROMQL_WORDS = {"and", "or", "unless", "offset", "bool", "by", "without", "on", "ignoring", "group_left",
-                "group_right", "inf", "nan", "Inf", "NaN"}
-
-
-def allowed(name: str) -> bool:
-    if name in SPEC_METRICS:
-        return True
-    base = re.sub(r"_(bucket|sum|count)$", "", name)
-    return base in {"otelloop_export_duration_seconds", "otelloop_request_duration_seconds", "otelloop_entropy_score"}
 
 
 def test_metric_parser() -> None:
