@@ -1,8 +1,15 @@
-"""PromQL helpers shared by the rule and dashboard tests: which metric names an expression uses."""
+"""Helpers shared by the rule and dashboard tests: the dashboard's panels and the metric names a PromQL
+expression uses."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "helm" / "otelloop" / "files" / "dashboard.json"
 
 #: Metric names of SPEC §7 as Prometheus exposes them (counters with ``_total``).
 SPEC_METRICS = {
@@ -37,3 +44,13 @@ def allowed(name: str) -> bool:
         return True
     base, n = re.subn(r"_(bucket|sum|count)$", "", name)
     return bool(n) and base in HISTOGRAMS
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for p in d["panels"]:
+        yield p
+        yield from p.get("panels", [])

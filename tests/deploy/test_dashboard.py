@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 from grafana_schema.models import Dashboard
-from promql import SPEC_METRICS, allowed, metric_names
+from promql import SPEC_METRICS, allowed, dashboard, metric_names, panels
 from pydantic import TypeAdapter, ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "helm" / "otelloop" / "files" / "dashboard.json"
 
 GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m"}
-
-
-def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
-
-
-def panels(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for p in d["panels"]:
-        yield p
-        yield from p.get("panels", [])
 
 
 def exprs(d: dict[str, Any]) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any, Self
 import grpc
 import pytest
 import yaml
+from promql import dashboard, panels
 from served import Served, free_port, http_call, wait_for
 from sinks import GrpcSink
 from spans import request, span, tool_span
@@ -177,16 +178,6 @@ class LoopingAgent:
                     self._stop.wait(0.5)
         except Exception as e:  # noqa: BLE001 (reported by the test)
             self.errors.append(e)
-
-
-def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
-
-
-def panels(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for p in d["panels"]:
-        yield p
-        yield from p.get("panels", [])
 
 
 def dashboard_targets(d: dict[str, Any]) -> list[tuple[str, str]]:
