@@ -304,8 +304,9 @@ class MappingConfig(_Section):
     Attributes:
         rules: extra rules tried before the built-in conventions. Default: [].
         tools: tool classification patterns. Default: the built-in patterns for common coding agents.
-        max_text_bytes: longest attribute value read for hashing; longer values are hashed by prefix
-            and length so huge payloads are not copied around. Default: 65536.
+        max_text_bytes: longest attribute value (as encoded) that is read, parsed and hashed in
+            canonical form; longer values are neither copied nor parsed but hashed by their bytes as
+            sent. Default: 65536.
     """
 
     rules: list[MappingRule] = []

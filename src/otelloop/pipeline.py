@@ -13,22 +13,21 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from google.protobuf.message import DecodeError
 
 from otelloop.config import Config, build_config
 from otelloop.detectors.base import StepContext
 from otelloop.detectors.engine import DetectorEngine
 from otelloop.mapping.mapper import Mapper
 from otelloop.model import AttrValue, Finding, Step
-from otelloop.otlp import wire
+from otelloop.otlp import scan, wire
+from otelloop.otlp.scan import SpanInfo
 from otelloop.state import Session, SessionStore
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-Position = tuple[int, int, int]
+#: A span's index in its request, in reading order (see ``otelloop.otlp.scan``).
+Position = int
 FindingSink = Callable[[Step, Finding], None]
 
 
@@ -41,9 +40,8 @@ class Decoded:
     """A decoded request and the steps found in it, before any state has changed."""
 
     data: bytes
-    view: Any
     spans: int
-    steps: list[tuple[Position, Step, Any]]
+    steps: list[tuple[Position, Step, SpanInfo]]
     mapping_errors: list[str]
 
 
@@ -73,6 +71,7 @@ class Pipeline:
         self.metrics = metrics or Metrics()
         self.mapper = Mapper(self.config)
         self.engine = DetectorEngine(self.config.detectors, on_error=self._detector_failed)
+        self.scanner = self._scanner()
         self.store = SessionStore(self.config.state.max_sessions, self.config.state.idle_timeout,
                                   on_evict=self._evicted, clock=clock)
         self.finding_sinks: list[FindingSink] = []
@@ -84,7 +83,13 @@ class Pipeline:
         self.config = config
         self.mapper = Mapper(config)
         self.engine.reconfigure(config.detectors)
+        self.scanner = self._scanner()
         self.store.resize(config.state.max_sessions, config.state.idle_timeout)
+
+    def _scanner(self) -> scan.Scanner:
+        """A reader that keeps the keys the mapping reads and the keys detectors may overwrite."""
+        return scan.Scanner(self.mapper.keys | self.engine.overwritten_keys(),
+                            max_value_bytes=self.config.mapping.max_text_bytes)
 
     # -- phase 1: decode and map (no state changes) ------------------------------------------------
 
@@ -95,26 +100,19 @@ class Pipeline:
             InvalidRequest: the bytes are not a valid request.
         """
         try:
-            view = wire.ViewRequest.FromString(data)
-        except (DecodeError, ValueError, RuntimeError) as e:
+            resources, infos = self.scanner.scan(data)
+        except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
-        mapper = self.mapper
-        steps: list[tuple[Position, Step, Any]] = []
+        map_span = self.mapper.map_span
+        steps: list[tuple[Position, Step, SpanInfo]] = []
         errors: list[str] = []
-        spans = 0
-        for r, rs in enumerate(view.resource_spans):
-            res_attrs = rs.resource.attributes
-            res_present = mapper.resource_keys(res_attrs)
-            service = res_attrs["service.name"].string_value if "service.name" in res_attrs else ""
-            for s, ss in enumerate(rs.scope_spans):
-                span_list = ss.spans
-                spans += len(span_list)
-                for k, span in enumerate(span_list):
-                    step = mapper.map_span(span, res_attrs, res_present, service, errors)
-                    if step is not None:
-                        steps.append(((r, s, k), step, span))
+        for i, info in enumerate(infos):
+            if info is not None:
+                step = map_span(info, resources[info[0]], errors)
+                if step is not None:
+                    steps.append((i, step, info))
         steps.sort(key=_start_time)
-        return Decoded(data, view, spans, steps, errors)
+        return Decoded(data, len(infos), steps, errors)
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 
@@ -125,21 +123,24 @@ class Pipeline:
                 self.metrics.mapping_errors.labels(fld).inc(n)
         if not decoded.steps:
             return Processed(decoded.data, decoded.spans, 0, False)
-        additions: dict[Position, bytes] = {}
+        extras: list[bytes | None] | None = None
         replacements: dict[Position, dict[str, AttrValue]] = {}
         findings: list[tuple[Step, Finding]] = []
         usage = _Usage(self.metrics)
         langfuse = self.config.enrich.langfuse_attributes
-        for pos, step, span in decoded.steps:
+        for pos, step, info in decoded.steps:
             session = self._session_for(step)
             ctx = self.engine.observe(session, step)
             usage.add(step, ctx)
             _remember_scores(session, ctx)
             extra = self._encode(step, ctx, langfuse)
             if extra:
-                additions[pos] = extra
-            if ctx.overwrites:
-                present = {k: v for k, v in ctx.overwrites.items() if k in span.attributes}
+                if extras is None:
+                    extras = [None] * decoded.spans
+                extras[pos] = extra
+            if ctx.overwrites and info[8] is not None:
+                carried = info[8]
+                present = {k: v for k, v in ctx.overwrites.items() if k in carried}
                 if present:
                     replacements[pos] = present
             for finding in ctx.findings:
@@ -148,7 +149,11 @@ class Pipeline:
         for step, finding in findings:
             for sink in self.finding_sinks:
                 sink(step, finding)
-        data = wire.splice(decoded.data, additions, replacements) if additions or replacements else decoded.data
+        data = decoded.data
+        if replacements:
+            data = _replace_attributes(data, replacements, extras)
+        elif extras is not None:
+            data = scan.splice(data, extras)
         return Processed(data, decoded.spans, len(decoded.steps), data is not decoded.data, findings)
 
     def _session_for(self, step: Step) -> Session:
@@ -191,8 +196,16 @@ class Pipeline:
         return Counter(s.verdict for s in self.store)
 
 
-def _start_time(item: tuple[Position, Step, Any]) -> int:
+def _start_time(item: tuple[Position, Step, SpanInfo]) -> int:
     return item[1].start_ns
+
+
+def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
+                        extras: list[bytes | None] | None) -> bytes:
+    """Rewrite the spans that carry an attribute otelloop overwrites (rare), then splice in the extras."""
+    spans = scan.span_bytes(data)
+    replaced = {pos: wire.replace_span_attributes(spans[pos], repl) for pos, repl in replacements.items()}
+    return scan.rewrite(data, replaced, extras)
 
 
 def _remember_scores(session: Session, ctx: StepContext) -> None:

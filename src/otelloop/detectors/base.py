@@ -88,6 +88,13 @@ class Detector(ABC):
         Called synchronously on the hot path, once per step, in arrival order; must not block.
         """
 
+    def overwritten_keys(self) -> frozenset[str]:
+        """Span attribute keys this detector may pass to ``ctx.overwrite_attribute``. Default: none.
+
+        The reader keeps these keys, so the pipeline can tell whether a span carries one.
+        """
+        return frozenset()
+
     def summary(self, state: Any) -> dict[str, Any]:
         """Evidence for the sessions API (``GET /v1/sessions/{id}``). Default: nothing."""
         return {}

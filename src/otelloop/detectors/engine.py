@@ -45,6 +45,10 @@ class DetectorEngine:
                 detectors.append(cls(cfg))
         self.detectors = detectors
 
+    def overwritten_keys(self) -> frozenset[str]:
+        """Span attribute keys the detectors in force may overwrite."""
+        return frozenset().union(*(det.overwritten_keys() for det in self.detectors))
+
     def observe(self, session: Session, step: Step) -> StepContext:
         """Run every detector on ``step`` and return what they said; sets ``otelloop.verdict``."""
         ctx = StepContext(session.id, step.agent or session.agent)

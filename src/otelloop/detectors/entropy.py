@@ -121,6 +121,10 @@ class EntropyDetector(Detector):
         else:
             ctx.vote(self.name, "continue")
 
+    def overwritten_keys(self) -> frozenset[str]:
+        key = self.config.authoritative_attribute
+        return frozenset((key,)) if key else frozenset()
+
     def classify(self, value: float) -> str:
         """``loop``, ``warning`` or ``normal`` under the thresholds in force."""
         if value < self.config.loop_threshold:

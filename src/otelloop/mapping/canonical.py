@@ -86,6 +86,14 @@ class Canonicalizer:
         self._outputs.remember(raw, result, len(raw))
         return result
 
+    @staticmethod
+    def oversized(value: Any) -> tuple[int, str]:
+        """A value too long to materialise (``otelloop.otlp.scan.Oversized``) → (hash of its bytes,
+        short text). A long string hashes as :meth:`args` and :meth:`output` hash unparsed text."""
+        short = bytes(value.raw[:4 * TEXT_LIMIT]).decode("utf-8", "ignore")[:TEXT_LIMIT] \
+            if value.kind == "string" else ""
+        return hash_bytes(value.raw), short
+
     def _parse(self, raw: str) -> Any:
         if len(raw) > self.max_text_bytes:
             return _UNPARSED

@@ -1,9 +1,9 @@
 """Span → agent step (SPEC §3), reading only the attributes that matter.
 
-A :class:`Mapper` is compiled once from the configuration. For each span it intersects the span's
-attribute keys with the keys any convention uses (a C-level set operation over the map view of
-``otelloop.otlp.wire``), then reads values by their expected type; a value of the wrong type, a NaN or
-a negative count is ignored for that field and reported through ``errors``.
+A :class:`Mapper` is compiled once from the configuration; its ``keys`` are every attribute key any
+convention uses, and the reader (:mod:`otelloop.otlp.scan`) hands it only those. For each span it reads
+values by their expected type; a value of the wrong type, a NaN or a negative count is ignored for that
+field and reported through ``errors``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
+from otelloop.otlp.scan import Oversized, Resource, SpanInfo
 
 _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_memory_store", "delete_memory",
                        "delete_memory_store", "search_memory", "update_memory", "upsert_memory"})
@@ -66,97 +67,108 @@ _STATUS_ERROR = 2
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
-class _Attrs:
-    """Typed reads from one span's attributes, falling back to its resource's (SPEC §3 order).
+_EMPTY: dict[str, Any] = {}
 
-    Written as plain loops over the few present keys: this runs for every span on the hot path.
+
+def _to_json(value: Any) -> str:
+    """Structured attribute values (arrays, key-value lists) as canonical JSON; bytes as hex."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=bytes.hex)
+
+
+class _Attrs:
+    """Typed reads from one span's wanted attributes, falling back to its resource's (SPEC §3 order).
+
+    Values are plain Python values from :mod:`otelloop.otlp.scan`. Written as plain loops over a few
+    dict lookups: this runs for every span on the hot path.
     """
 
-    __slots__ = ("span", "res", "present", "res_present", "errors")
+    __slots__ = ("span", "res", "errors")
 
-    def __init__(self, span_attrs: Any, res_attrs: Any, present: set[str], res_present: set[str],
-                 errors: list[str]) -> None:
-        self.span, self.res, self.present, self.res_present, self.errors = (
-            span_attrs, res_attrs, present, res_present, errors)
+    def __init__(self, span_attrs: dict[str, Any], res_attrs: dict[str, Any], errors: list[str]) -> None:
+        self.span, self.res, self.errors = span_attrs, res_attrs, errors
 
     def values(self, keys: tuple[str, ...]) -> list[tuple[str, Any]]:
-        present, res_present = self.present, self.res_present
-        found = [] if present.isdisjoint(keys) else [(k, self.span[k]) for k in keys if k in present]
-        if res_present and not res_present.isdisjoint(keys):
-            found += [(k, self.res[k]) for k in keys if k in res_present]
+        span, res = self.span, self.res
+        found = [(k, span[k]) for k in keys if k in span]
+        if res:
+            found += [(k, res[k]) for k in keys if k in res]
         return found
 
     def string(self, keys: tuple[str, ...], field: str) -> str | None:
-        present = self.present
+        span = self.span
         for k in keys:
-            if k in present:
-                s = self.span[k].string_value
-                if s:
+            if k in span:
+                s = span[k]
+                if s and type(s) is str:
                     return s
                 break
         else:
-            if not self.res_present:
+            if not self.res:
                 return None
         for _, v in self.values(keys):
-            s = v.string_value
-            if s:
-                return s
-            which = v.WhichOneof("value")
-            if which in ("int_value", "double_value", "bool_value"):
-                return str(getattr(v, which))
-            if which not in (None, "string_value"):
+            t = type(v)
+            if t is str:
+                if v:
+                    return v
+            elif t is int or t is float or t is bool:
+                return str(v)
+            elif v is not None:
                 self.errors.append(field)
         return None
 
-    def text(self, keys: tuple[str, ...], field: str) -> tuple[str, str] | None:
-        """(key, value as text) — structured values (arrays, maps) are rendered as JSON."""
+    def text(self, keys: tuple[str, ...], field: str) -> tuple[str, str | Oversized] | None:
+        """(key, value as text) — structured values (arrays, maps) are rendered as JSON; values too long
+        to materialise stay :class:`~otelloop.otlp.scan.Oversized`."""
         for k, v in self.values(keys):
-            s = v.string_value
-            if s:
-                return k, s
-            which = v.WhichOneof("value")
-            if which is None or which == "string_value":
+            t = type(v)
+            if t is str:
+                return k, v
+            if v is None:
                 return k, ""
-            if which in ("array_value", "kvlist_value"):
-                return k, json.dumps(_any_to_py(v), sort_keys=True, separators=(",", ":"))
-            if which == "bytes_value":
+            if t is list or t is dict:
+                return k, _to_json(v)
+            if t is bytes:
                 self.errors.append(field)
                 continue
-            return k, str(getattr(v, which))
+            if t is Oversized:
+                if v.kind == "bytes":
+                    self.errors.append(field)
+                    continue
+                return k, v
+            return k, str(v)
         return None
 
     def count(self, keys: tuple[str, ...], field: str) -> int | None:
+        span = self.span
         for k in keys:  # fast path: the first present key holds a positive integer
-            if k in self.present:
-                n = self.span[k].int_value
-                if n > 0:
+            if k in span:
+                n = span[k]
+                if type(n) is int and n > 0:
                     return n
                 break
         for _, v in self.values(keys):
-            n = v.int_value
-            if n > 0:
-                return n
-            which = v.WhichOneof("value")
-            if which == "int_value" and n == 0:
-                return 0
-            if which == "double_value" and math.isfinite(v.double_value) and v.double_value >= 0 \
-                    and v.double_value.is_integer():
-                return int(v.double_value)
+            t = type(v)
+            if t is int and v >= 0:
+                return v
+            if t is float and math.isfinite(v) and v >= 0 and v.is_integer():
+                return int(v)
             self.errors.append(field)
         return None
 
     def amount(self, keys: tuple[str, ...], field: str) -> float | None:
         for _, v in self.values(keys):
-            which = v.WhichOneof("value")
-            x: float | None = None
-            if which == "double_value":
-                x = v.double_value
-            elif which == "int_value":
-                x = float(v.int_value)
-            if x is not None and math.isfinite(x) and x >= 0:
-                return x
+            t = type(v)
+            if t is float or t is int:
+                x = float(v)
+                if math.isfinite(x) and x >= 0:
+                    return x
             self.errors.append(field)
         return None
+
+    def kind_value(self, key: str) -> str:
+        """A span attribute that selects a kind or a rule: its string value, "" if absent or not a string."""
+        v = self.span.get(key)
+        return v if type(v) is str else ""
 
 
 def _unquote(raw: str) -> str:
@@ -170,6 +182,13 @@ def _unquote(raw: str) -> str:
     return raw
 
 
+def _error_signature(info: SpanInfo, error_type: str | None) -> str:
+    """Error type, status message and the first exception event's type and message, normalised."""
+    exc = info[9]
+    parts = [error_type or "", info[7], *(exc if exc is not None else ())]
+    return error_signature("|".join(parts))
+
+
 def _metadata_kind(raw: str) -> str | None:
     """``otelloop.step.kind`` declared inside an OpenInference ``metadata`` JSON (e.g. LangGraph node metadata)."""
     if "otelloop.step.kind" not in raw:
@@ -179,17 +198,6 @@ def _metadata_kind(raw: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return kind if kind in ("tool", "llm", "system", "ignore") else None
-
-
-def _any_to_py(v: Any) -> Any:
-    which = v.WhichOneof("value")
-    if which == "array_value":
-        return [_any_to_py(x) for x in v.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _any_to_py(kv.value) for kv in v.kvlist_value.values}
-    if which == "bytes_value":
-        return v.bytes_value.hex()
-    return getattr(v, which) if which else None
 
 
 class _CompiledRule:
@@ -204,9 +212,9 @@ class _CompiledRule:
         if self.span_name is not None and not self.span_name.search(name):
             return False
         for key, want in self.match:
-            if key not in attrs.present:
+            if key not in attrs.span:
                 return False
-            if want != "*" and attrs.span[key].string_value != want:
+            if want != "*" and attrs.kind_value(key) != want:
                 return False
         return True
 
@@ -229,59 +237,53 @@ class Mapper:
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
 
-    def resource_keys(self, res_attrs: Any) -> set[str]:
-        return self.keys.intersection(res_attrs)
-
-    def map_span(self, span: Any, res_attrs: Any, res_present: set[str], service: str,
-                 errors: list[str]) -> Step | None:
+    def map_span(self, info: SpanInfo, resource: Resource, errors: list[str]) -> Step | None:
         """The step a span stands for, or None when it is not an agent step (SPEC §3)."""
-        span_attrs = span.attributes
-        present = self.keys.intersection(span_attrs)
-        if not present and not res_present:
-            return None
-        a = _Attrs(span_attrs, res_attrs, present, res_present, errors)
-        name = span.name
-        rule = next((r.rule for r in self.rules if r.matches(name, a)), None) if self.rules else None
+        span_attrs, res_attrs = info[8], resource[0]
+        if span_attrs is None:
+            if res_attrs is None:
+                return None
+            span_attrs = _EMPTY
+        a = _Attrs(span_attrs, res_attrs or _EMPTY, errors)
+        rule = next((r.rule for r in self.rules if r.matches(info[1], a)), None) if self.rules else None
         kind = rule.kind if rule is not None else self._kind(a)
         if kind is None or kind == "ignore":
             return None
-        return self._build(span, a, kind, rule, service)
+        return self._build(info, a, kind, rule, resource[1])
 
     def _kind(self, a: _Attrs) -> str | None:
-        present = a.present
-        if "otelloop.step.kind" in present:
-            explicit = a.span["otelloop.step.kind"].string_value
+        span = a.span
+        if "otelloop.step.kind" in span:
+            explicit = a.kind_value("otelloop.step.kind")
             if explicit in ("tool", "llm", "system", "ignore"):
                 return explicit
-        if "logfire.span_type" in present and a.span["logfire.span_type"].string_value == "pending_span":
+        if "logfire.span_type" in span and a.kind_value("logfire.span_type") == "pending_span":
             return None
-        if "metadata" in present:  # OpenInference carries run/node metadata as one JSON string
-            declared = _metadata_kind(a.span["metadata"].string_value)
+        if "metadata" in span:  # OpenInference carries run/node metadata as one JSON string
+            declared = _metadata_kind(a.kind_value("metadata"))
             if declared is not None:
                 return declared
         for key, table in _KIND_SOURCES:
-            if key in present:
-                kind = table.get(a.span[key].string_value)
+            if key in span:
+                kind = table.get(a.kind_value(key))
                 if kind is not None:
                     return kind
-            if key == "openinference.span.kind" and "llm.request.type" in present:
+            if key == "openinference.span.kind" and "llm.request.type" in span:
                 return "llm"
-        if any(k in present for k in _TOOL_PRESENCE):
+        if any(k in span for k in _TOOL_PRESENCE):
             return "tool"
-        if any(k in present for k in _MODEL_KEYS[0:1] + _MODEL_KEYS[2:]):
+        if any(k in span for k in _MODEL_KEYS[0:1] + _MODEL_KEYS[2:]):
             return "llm"
         return None
 
-    def _build(self, span: Any, a: _Attrs, kind: str, rule: MappingRule | None, service: str) -> Step:
-        span_name = span.name
-        trace_hex = span.trace_id.hex()
+    def _build(self, info: SpanInfo, a: _Attrs, kind: str, rule: MappingRule | None, service: str) -> Step:
+        span_name, trace_hex = info[1], info[2]
         step = Step(session=trace_hex, kind=kind, name=span_name, service=service,  # type: ignore[arg-type]
-                    start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano, trace_id=trace_hex,
-                    span_id=span.span_id.hex())
+                    start_ns=info[4], end_ns=info[5], trace_id=trace_hex, span_id=info[3])
         self._identity(step, a, kind, rule, span_name)
         # Names repeat across millions of steps and end up in session state: share one string each.
         step.name, step.agent, step.intent = sys.intern(step.name), sys.intern(step.agent), sys.intern(step.intent)
-        self._io(step, a, kind, rule, span)
+        self._io(step, a, kind, rule, info)
         self._usage(step, a)
         self._progress(step, a)
         return step
@@ -312,7 +314,7 @@ class Mapper:
             return None
         return node if isinstance(node, str) and node else None
 
-    def _io(self, step: Step, a: _Attrs, kind: str, rule: MappingRule | None, span: Any) -> None:
+    def _io(self, step: Step, a: _Attrs, kind: str, rule: MappingRule | None, info: SpanInfo) -> None:
         args_keys = _ARGS_KEYS + (("gen_ai.prompt",) if kind == "tool" else ())
         out_keys = _OUTPUT_KEYS
         if rule is not None:
@@ -320,30 +322,28 @@ class Mapper:
             out_keys = ((rule.output_attribute,) if rule.output_attribute else ()) + out_keys
         args = a.text(args_keys, "args")
         parsed = None
+        raw_args = ""
         if args is not None:
-            step.args_hash, step.args_text, parsed = self.canonical.args(args[1])
+            if type(args[1]) is str:
+                raw_args = args[1]
+                step.args_hash, step.args_text, parsed = self.canonical.args(raw_args)
+            else:  # too long to parse: identified by its bytes, no file/command facts
+                step.args_hash, step.args_text = self.canonical.oversized(args[1])
         output = a.text(out_keys, "output")
         empty = True
         if output is not None:
-            step.output_hash, empty = self.canonical.output(output[1])
+            if type(output[1]) is str:
+                step.output_hash, empty = self.canonical.output(output[1])
+            else:
+                step.output_hash, empty = self.canonical.oversized(output[1])[0], False
         error_type = a.string(("error.type",), "error")
-        if span.status.code == _STATUS_ERROR or error_type:
+        if info[6] == _STATUS_ERROR or error_type:
             step.outcome = "error"
-            step.error_signature = self._error_signature(span, error_type)
+            step.error_signature = _error_signature(info, error_type)
         elif empty:
             step.outcome = "empty"
         if kind == "tool":
-            self._tool_details(step, args[1] if args is not None else "", parsed)
-
-    def _error_signature(self, span: Any, error_type: str | None) -> str:
-        parts = [error_type or "", span.status.message]
-        for ev in span.events:
-            if ev.name == "exception":
-                at = ev.attributes
-                parts.append(at["exception.type"].string_value if "exception.type" in at else "")
-                parts.append(at["exception.message"].string_value if "exception.message" in at else "")
-                break
-        return error_signature("|".join(parts))
+            self._tool_details(step, raw_args, parsed)
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
         """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""
@@ -379,7 +379,7 @@ class Mapper:
         step.cost_usd = cost or 0.0
 
     def _progress(self, step: Step, a: _Attrs) -> None:
-        present = a.present
+        present = a.span
         if "otelloop.progress.diff_hash" in present:
             step.diff_hash = a.string(("otelloop.progress.diff_hash",), "progress")
         if "otelloop.progress.failing_tests" in present:

@@ -1,14 +1,9 @@
-"""OTLP trace requests at the wire level: fast read-only views and byte-level enrichment.
-
-Reading span attributes through the generated classes walks every ``KeyValue`` in Python (about
-0.5 µs per attribute). otelloop instead parses requests with *view* message types derived at import
-time from the official descriptors, identical on the wire except that every ``attributes`` field is a
-``map<string, AnyValue>`` (a map entry and a ``KeyValue`` share field numbers 1 and 2). Lookups are then
-C-level hash lookups, and only the attributes the mapping needs are ever turned into Python objects.
+"""OTLP trace requests at the wire level: byte-level enrichment.
 
 Enrichment never re-serialises a span: new attributes and events are encoded directly and appended to
 the span's original bytes (protobuf merges repeated fields by concatenation), so a request whose spans
-gain nothing is forwarded as its original bytes and one that gains something costs one splice.
+gain nothing is forwarded as its original bytes and one that gains something costs one splice
+(``otelloop.otlp.scan.splice``). Reading requests is ``otelloop.otlp.scan``'s job.
 """
 
 from __future__ import annotations
@@ -17,83 +12,12 @@ import struct
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2  # noqa: F401  (registers AnyValue in the pool)
-from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otelloop.model import AttrValue
 
-_KEYVALUE = ".opentelemetry.proto.common.v1.KeyValue"
-_ANYVALUE = ".opentelemetry.proto.common.v1.AnyValue"
-_RENAMES = {
-    ".opentelemetry.proto.trace.v1.": ".otelloop.view.trace.",
-    ".opentelemetry.proto.resource.v1.": ".otelloop.view.resource.",
-    ".opentelemetry.proto.collector.trace.v1.": ".otelloop.view.collector.",
-}
-_FILES = {
-    resource_pb2.DESCRIPTOR: ("otelloop/view/resource.proto", "otelloop.view.resource"),
-    trace_pb2.DESCRIPTOR: ("otelloop/view/trace.proto", "otelloop.view.trace"),
-    trace_service_pb2.DESCRIPTOR: ("otelloop/view/trace_service.proto", "otelloop.view.collector"),
-}
 _F = descriptor_pb2.FieldDescriptorProto
-
-
-def _rename(type_name: str) -> str:
-    for old, new in _RENAMES.items():
-        if type_name.startswith(old):
-            return new + type_name[len(old):]
-    return type_name
-
-
-def _mapify(msg: descriptor_pb2.DescriptorProto, path: str) -> None:
-    """Turn ``repeated KeyValue attributes`` into ``map<string, AnyValue> attributes``, recursively.
-
-    ``path`` is the message's full name (``.package.Outer.Inner``), needed to name the map entry type.
-    """
-    path = f"{path}.{msg.name}"
-    for nested in list(msg.nested_type):
-        _mapify(nested, path)
-    for f in msg.field:
-        if f.type_name == _KEYVALUE:
-            entry = msg.nested_type.add(name="".join(w.title() for w in f.name.split("_")) + "Entry")
-            entry.options.map_entry = True
-            entry.field.add(name="key", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
-            entry.field.add(name="value", number=2, type=_F.TYPE_MESSAGE, label=_F.LABEL_OPTIONAL,
-                            type_name=_ANYVALUE)
-            f.type_name = f"{path}.{entry.name}"
-        elif f.type_name:
-            f.type_name = _rename(f.type_name)
-
-
-def _build_views() -> descriptor_pool.DescriptorPool:
-    pool = descriptor_pool.Default()
-    try:
-        pool.FindFileByName("otelloop/view/trace_service.proto")
-        return pool
-    except KeyError:
-        pass
-    for original, (name, package) in _FILES.items():
-        fdp = descriptor_pb2.FileDescriptorProto()
-        original.CopyToProto(fdp)
-        fdp.name, fdp.package = name, package
-        fdp.ClearField("options")
-        deps = [d for d in fdp.dependency]
-        del fdp.dependency[:]
-        for d in deps:
-            fdp.dependency.append({f.name: n for f, (n, _) in _FILES.items()}.get(d, d))
-        for msg in fdp.message_type:
-            _mapify(msg, "." + package)
-        for svc in list(fdp.service):
-            fdp.service.remove(svc)
-        pool.Add(fdp)
-    return pool
-
-
-_pool = _build_views()
-#: ``ExportTraceServiceRequest`` with map-typed attributes: parse with ``ViewRequest.FromString``.
-ViewRequest: Any = message_factory.GetMessageClass(
-    _pool.FindMessageTypeByName("otelloop.view.collector.ExportTraceServiceRequest"))
+_pool = descriptor_pool.Default()
 
 
 def _raw_views() -> Any:
@@ -212,24 +136,3 @@ def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue
     del span.attributes[:]
     span.attributes.extend(kept)
     return span.SerializeToString() + encode_span_attributes(replacements)
-
-
-def splice(data: bytes, additions: dict[tuple[int, int, int], bytes],
-           replacements: dict[tuple[int, int, int], dict[str, AttrValue]] | None = None) -> bytes:
-    """Return ``data`` with bytes appended to (and attributes replaced in) the spans at the given indexes.
-
-    Indexes are ``(resource_spans, scope_spans, span)`` positions as seen while iterating the request.
-    """
-    raw = RawRequest.FromString(data)
-    rss = raw.resource_spans
-    for (r, s, k), extra in additions.items():
-        spans = rss[r].scope_spans[s].spans
-        spans[k] = spans[k] + extra
-    for (r, s, k), repl in (replacements or {}).items():
-        spans = rss[r].scope_spans[s].spans
-        spans[k] = replace_span_attributes(spans[k], repl)
-    return raw.SerializeToString()
-
-
-def count_spans(view: Any) -> int:
-    return sum(len(ss.spans) for rs in view.resource_spans for ss in rs.scope_spans)

@@ -1,0 +1,1239 @@
+/*
+ * otelloop._scan: the native reader of OTLP ExportTraceServiceRequest bytes.
+ *
+ * Why this exists: otelloop reads about ten attributes of every span. Through the protobuf runtime each
+ * read creates Python objects and costs about 0.3 us; parsing the whole request costs more again. This
+ * module walks the wire format once in C and hands Python only what the mapping needs: per span its
+ * name, ids, times, status, the first "exception" event's type and message, and a dict of the attributes
+ * whose keys the mapper asked for, as plain Python values.
+ *
+ * Two passes over the bytes:
+ *   1. validate: a schema-driven walk of the whole message tree with protobuf's rules (wire types,
+ *      varint and length bounds, UTF-8 of every string field, nesting depth), so that a request is
+ *      accepted here exactly when the protobuf runtime accepts it. Unknown fields, and known fields
+ *      with an unexpected wire type, are skipped as protobuf skips them.
+ *   2. extract: knowing the bytes are well formed, collect what the mapper needs.
+ *
+ * The pure-Python reader in otelloop/otlp/scan.py returns the same values; tests hold the two equal.
+ * splice() appends encoded attributes/events to chosen spans and fixes the enclosing length prefixes,
+ * copying every other byte unchanged.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* protobuf's default recursion limit for parsing (upb: kUpb_WireFormat_DefaultDepthLimit). */
+#define MAX_DEPTH 100
+#define WT_VARINT 0
+#define WT_I64 1
+#define WT_LEN 2
+#define WT_SGROUP 3
+#define WT_EGROUP 4
+#define WT_I32 5
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Wire primitives                                                                                   */
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} Cur;
+
+/* Reads a varint of at most 10 bytes; returns 0 on truncation or overlong encoding. */
+static inline int rd_varint(Cur *c, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (c->p >= c->end) return 0;
+        uint8_t b = *c->p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Reads a tag; returns 0 when malformed (bad varint, field number 0 or out of range). */
+static inline int rd_tag(Cur *c, uint32_t *field, int *wt) {
+    uint64_t t;
+    if (!rd_varint(c, &t) || t > UINT32_MAX) return 0;
+    *field = (uint32_t)(t >> 3);
+    *wt = (int)(t & 7);
+    return *field != 0;
+}
+
+/* Reads a length prefix and returns the delimited range; 0 if it runs past the end. */
+static inline int rd_len(Cur *c, Cur *sub) {
+    uint64_t n;
+    if (!rd_varint(c, &n) || n > (uint64_t)(c->end - c->p) || n > INT32_MAX) return 0;
+    sub->p = c->p;
+    sub->end = c->p + n;
+    c->p += n;
+    return 1;
+}
+
+static int utf8_valid(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && c1 < 0xA0) return 0; /* overlong */
+            if (c == 0xED && c1 > 0x9F) return 0; /* UTF-16 surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
+            if (c == 0xF0 && c1 < 0x90) return 0; /* overlong */
+            if (c == 0xF4 && c1 > 0x8F) return 0; /* above U+10FFFF */
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Pass 1: validation against the OTLP trace schema                                                  */
+
+enum { F_UNKNOWN = 0, F_VARINT, F_I64, F_I32, F_STRING, F_BYTES, F_MSG };
+
+typedef struct Schema Schema;
+typedef struct {
+    uint8_t type;
+    const Schema *sub;
+} FieldDef;
+#define MAX_FIELD 16
+struct Schema {
+    const char *name;
+    FieldDef f[MAX_FIELD + 1]; /* indexed by field number */
+};
+
+/* Field numbers from opentelemetry-proto common.proto, resource.proto and trace.proto. */
+static Schema S_ANY, S_KV, S_ARRAY, S_KVLIST, S_SCOPE, S_ENTITY, S_RESOURCE, S_EVENT, S_LINK, S_STATUS,
+    S_SPAN, S_SCOPE_SPANS, S_RESOURCE_SPANS, S_REQUEST;
+
+static void init_schemas(void) {
+    S_ANY.name = "AnyValue";
+    S_ANY.f[1] = (FieldDef){F_STRING, NULL};
+    S_ANY.f[2] = (FieldDef){F_VARINT, NULL};
+    S_ANY.f[3] = (FieldDef){F_VARINT, NULL};
+    S_ANY.f[4] = (FieldDef){F_I64, NULL};
+    S_ANY.f[5] = (FieldDef){F_MSG, &S_ARRAY};
+    S_ANY.f[6] = (FieldDef){F_MSG, &S_KVLIST};
+    S_ANY.f[7] = (FieldDef){F_BYTES, NULL};
+    S_ANY.f[8] = (FieldDef){F_VARINT, NULL};
+    S_KV.name = "KeyValue";
+    S_KV.f[1] = (FieldDef){F_STRING, NULL};
+    S_KV.f[2] = (FieldDef){F_MSG, &S_ANY};
+    S_KV.f[3] = (FieldDef){F_VARINT, NULL};
+    S_ARRAY.name = "ArrayValue";
+    S_ARRAY.f[1] = (FieldDef){F_MSG, &S_ANY};
+    S_KVLIST.name = "KeyValueList";
+    S_KVLIST.f[1] = (FieldDef){F_MSG, &S_KV};
+    S_SCOPE.name = "InstrumentationScope";
+    S_SCOPE.f[1] = (FieldDef){F_STRING, NULL};
+    S_SCOPE.f[2] = (FieldDef){F_STRING, NULL};
+    S_SCOPE.f[3] = (FieldDef){F_MSG, &S_KV};
+    S_SCOPE.f[4] = (FieldDef){F_VARINT, NULL};
+    S_ENTITY.name = "EntityRef";
+    for (int i = 1; i <= 4; i++) S_ENTITY.f[i] = (FieldDef){F_STRING, NULL};
+    S_RESOURCE.name = "Resource";
+    S_RESOURCE.f[1] = (FieldDef){F_MSG, &S_KV};
+    S_RESOURCE.f[2] = (FieldDef){F_VARINT, NULL};
+    S_RESOURCE.f[3] = (FieldDef){F_MSG, &S_ENTITY};
+    S_EVENT.name = "Span.Event";
+    S_EVENT.f[1] = (FieldDef){F_I64, NULL};
+    S_EVENT.f[2] = (FieldDef){F_STRING, NULL};
+    S_EVENT.f[3] = (FieldDef){F_MSG, &S_KV};
+    S_EVENT.f[4] = (FieldDef){F_VARINT, NULL};
+    S_LINK.name = "Span.Link";
+    S_LINK.f[1] = (FieldDef){F_BYTES, NULL};
+    S_LINK.f[2] = (FieldDef){F_BYTES, NULL};
+    S_LINK.f[3] = (FieldDef){F_STRING, NULL};
+    S_LINK.f[4] = (FieldDef){F_MSG, &S_KV};
+    S_LINK.f[5] = (FieldDef){F_VARINT, NULL};
+    S_LINK.f[6] = (FieldDef){F_I32, NULL};
+    S_STATUS.name = "Status";
+    S_STATUS.f[2] = (FieldDef){F_STRING, NULL};
+    S_STATUS.f[3] = (FieldDef){F_VARINT, NULL};
+    S_SPAN.name = "Span";
+    S_SPAN.f[1] = (FieldDef){F_BYTES, NULL};
+    S_SPAN.f[2] = (FieldDef){F_BYTES, NULL};
+    S_SPAN.f[3] = (FieldDef){F_STRING, NULL};
+    S_SPAN.f[4] = (FieldDef){F_BYTES, NULL};
+    S_SPAN.f[5] = (FieldDef){F_STRING, NULL};
+    S_SPAN.f[6] = (FieldDef){F_VARINT, NULL};
+    S_SPAN.f[7] = (FieldDef){F_I64, NULL};
+    S_SPAN.f[8] = (FieldDef){F_I64, NULL};
+    S_SPAN.f[9] = (FieldDef){F_MSG, &S_KV};
+    S_SPAN.f[10] = (FieldDef){F_VARINT, NULL};
+    S_SPAN.f[11] = (FieldDef){F_MSG, &S_EVENT};
+    S_SPAN.f[12] = (FieldDef){F_VARINT, NULL};
+    S_SPAN.f[13] = (FieldDef){F_MSG, &S_LINK};
+    S_SPAN.f[14] = (FieldDef){F_VARINT, NULL};
+    S_SPAN.f[15] = (FieldDef){F_MSG, &S_STATUS};
+    S_SPAN.f[16] = (FieldDef){F_I32, NULL};
+    S_SCOPE_SPANS.name = "ScopeSpans";
+    S_SCOPE_SPANS.f[1] = (FieldDef){F_MSG, &S_SCOPE};
+    S_SCOPE_SPANS.f[2] = (FieldDef){F_MSG, &S_SPAN};
+    S_SCOPE_SPANS.f[3] = (FieldDef){F_STRING, NULL};
+    S_RESOURCE_SPANS.name = "ResourceSpans";
+    S_RESOURCE_SPANS.f[1] = (FieldDef){F_MSG, &S_RESOURCE};
+    S_RESOURCE_SPANS.f[2] = (FieldDef){F_MSG, &S_SCOPE_SPANS};
+    S_RESOURCE_SPANS.f[3] = (FieldDef){F_STRING, NULL};
+    S_REQUEST.name = "ExportTraceServiceRequest";
+    S_REQUEST.f[1] = (FieldDef){F_MSG, &S_RESOURCE_SPANS};
+}
+
+static const int WIRE_OF[] = {-1, WT_VARINT, WT_I64, WT_I32, WT_LEN, WT_LEN, WT_LEN};
+
+typedef struct {
+    const char *error; /* static text of the first problem found */
+    const char *where; /* message type it was found in */
+} Check;
+
+static int fail(Check *k, const char *error, const char *where) {
+    if (k->error == NULL) {
+        k->error = error;
+        k->where = where;
+    }
+    return 0;
+}
+
+static int skip_value(Check *k, Cur *c, uint32_t field, int wt, int depth, const char *where);
+
+/* Skips the rest of a group started by (field, SGROUP), validating what it holds. */
+static int skip_group(Check *k, Cur *c, uint32_t field, int depth, const char *where) {
+    if (depth > MAX_DEPTH) return fail(k, "nesting too deep", where);
+    while (c->p < c->end) {
+        uint32_t f;
+        int wt;
+        if (!rd_tag(c, &f, &wt)) return fail(k, "malformed tag", where);
+        if (wt == WT_EGROUP) {
+            if (f != field) return fail(k, "mismatched end-group tag", where);
+            return 1;
+        }
+        if (!skip_value(k, c, f, wt, depth + 1, where)) return 0;
+    }
+    return fail(k, "unterminated group", where);
+}
+
+static int skip_value(Check *k, Cur *c, uint32_t field, int wt, int depth, const char *where) {
+    uint64_t v;
+    Cur sub;
+    switch (wt) {
+    case WT_VARINT:
+        return rd_varint(c, &v) ? 1 : fail(k, "malformed varint", where);
+    case WT_I64:
+        if (c->end - c->p < 8) return fail(k, "truncated fixed64", where);
+        c->p += 8;
+        return 1;
+    case WT_I32:
+        if (c->end - c->p < 4) return fail(k, "truncated fixed32", where);
+        c->p += 4;
+        return 1;
+    case WT_LEN:
+        return rd_len(c, &sub) ? 1 : fail(k, "length-delimited field runs past its message", where);
+    case WT_SGROUP:
+        return skip_group(k, c, field, depth, where);
+    case WT_EGROUP:
+        return fail(k, "unexpected end-group tag", where);
+    default:
+        return fail(k, "invalid wire type", where);
+    }
+}
+
+/* Validates one message of type s held in c (already delimited). depth counts enclosing messages. */
+static int validate(Check *k, const Schema *s, Cur c, int depth) {
+    if (depth > MAX_DEPTH) return fail(k, "nesting too deep", s->name);
+    while (c.p < c.end) {
+        uint32_t f;
+        int wt;
+        if (!rd_tag(&c, &f, &wt)) return fail(k, "malformed tag", s->name);
+        const FieldDef *d = f <= MAX_FIELD ? &s->f[f] : NULL;
+        if (d == NULL || d->type == F_UNKNOWN || WIRE_OF[d->type] != wt) {
+            if (!skip_value(k, &c, f, wt, depth, s->name)) return 0;
+            continue;
+        }
+        uint64_t v;
+        Cur sub;
+        switch (d->type) {
+        case F_VARINT:
+            if (!rd_varint(&c, &v)) return fail(k, "malformed varint", s->name);
+            break;
+        case F_I64:
+            if (c.end - c.p < 8) return fail(k, "truncated fixed64", s->name);
+            c.p += 8;
+            break;
+        case F_I32:
+            if (c.end - c.p < 4) return fail(k, "truncated fixed32", s->name);
+            c.p += 4;
+            break;
+        case F_STRING:
+            if (!rd_len(&c, &sub)) return fail(k, "length-delimited field runs past its message", s->name);
+            if (!utf8_valid(sub.p, sub.end - sub.p)) return fail(k, "string field is not valid UTF-8", s->name);
+            break;
+        case F_BYTES:
+            if (!rd_len(&c, &sub)) return fail(k, "length-delimited field runs past its message", s->name);
+            break;
+        case F_MSG:
+            if (!rd_len(&c, &sub)) return fail(k, "length-delimited field runs past its message", s->name);
+            if (!validate(k, d->sub, sub, depth + 1)) return 0;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Pass 2: extraction (the input is known to be well formed; reads stay bounds-checked regardless)   */
+
+/* Skips one field's value during extraction, groups included. */
+static int skip(Cur *c, uint32_t field, int wt) {
+    Check k = {NULL, NULL};
+    return skip_value(&k, c, field, wt, 0, "");
+}
+
+/* Iterates the fields of a message: for (...; next_field(&c, &f, &wt);) */
+static inline int next_field(Cur *c, uint32_t *f, int *wt) {
+    return c->p < c->end && rd_tag(c, f, wt);
+}
+
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* A quick hash of short byte strings (attribute keys, names): length plus three 8-byte words. Collisions
+ * only cost a comparison, so speed matters more than mixing quality. */
+static inline uint64_t short_hash(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL;
+    if (n >= 8) {
+        h ^= load64(p);
+        h = (h ^ (h >> 29)) * 0xBF58476D1CE4E5B9ULL;
+        h ^= load64(p + n / 2 - 4);
+        h = (h ^ (h >> 31)) * 0x94D049BB133111EBULL;
+        h ^= load64(p + n - 8);
+    } else {
+        uint64_t v = 0;
+        memcpy(&v, p, (size_t)n);
+        h ^= v;
+    }
+    h = (h ^ (h >> 32)) * 0xD6E8FEB86659FD93ULL;
+    return h ^ (h >> 32);
+}
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t len;
+    const char *utf8;
+    PyObject *key; /* the str the caller gave (strong reference) */
+} KeyEntry;
+
+#define CACHE_SLOTS 4096
+#define CACHE_MAX_LEN 64
+
+typedef struct {
+    uint64_t hash;
+    PyObject *str;
+} CacheEntry;
+
+typedef struct {
+    PyObject_HEAD
+    KeyEntry *keys;
+    Py_ssize_t key_mask; /* table size - 1 (a power of two) */
+    Py_ssize_t nkeys;
+    CacheEntry *cache;   /* short strings seen before: names, kinds and models repeat across spans */
+    Py_ssize_t max_value; /* values encoded longer than this are not materialised */
+    PyObject *oversized;  /* called as oversized(kind, memoryview) for them */
+    PyObject *data;       /* during scan(): the request object and a memoryview of it (lazily) */
+    PyObject *data_view;
+    const uint8_t *data_base;
+} Scanner;
+
+static PyObject *wanted_key(Scanner *sc, const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = short_hash(p, n);
+    for (Py_ssize_t i = (Py_ssize_t)(h & sc->key_mask);; i = (i + 1) & sc->key_mask) {
+        KeyEntry *e = &sc->keys[i];
+        if (e->key == NULL) return NULL;
+        if (e->hash == h && e->len == n && memcmp(e->utf8, p, n) == 0) return e->key;
+    }
+}
+
+/* A str for valid UTF-8 bytes; short ones come from (and go into) the cache. New reference. */
+static PyObject *make_str(Scanner *sc, const uint8_t *p, Py_ssize_t n) {
+    if (n == 0 || n > CACHE_MAX_LEN) return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    uint64_t h = short_hash(p, n);
+    CacheEntry *e = &sc->cache[h & (CACHE_SLOTS - 1)];
+    if (e->str != NULL && e->hash == h) {
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(e->str, &len);
+        if (u != NULL && len == n && memcmp(u, p, n) == 0) {
+            Py_INCREF(e->str);
+            return e->str;
+        }
+        PyErr_Clear();
+    }
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (s == NULL) return NULL;
+    Py_XSETREF(e->str, Py_NewRef(s));
+    e->hash = h;
+    return s;
+}
+
+static PyObject *make_hex(const uint8_t *p, Py_ssize_t n) {
+    static const char digits[] = "0123456789abcdef";
+    PyObject *s = PyUnicode_New(2 * n, 127);
+    if (s == NULL) return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    return s;
+}
+
+enum { V_UNSET = 0, V_STR, V_BOOL, V_INT, V_DOUBLE, V_ARRAY, V_KVLIST, V_BYTES, V_STRINDEX };
+
+/* An AnyValue being read; repeated occurrences merge as protobuf merges them (oneof: last member wins,
+ * a repeated array or kvlist member concatenates). */
+typedef struct {
+    int kind;
+    PyObject *value; /* NULL while unset */
+} AnyState;
+
+static int any_merge(Scanner *sc, AnyState *st, Cur c);
+
+/* The value of a KeyValue (None when it has none), every occurrence merged. New reference or NULL. */
+static PyObject *kv_value(Scanner *sc, Cur c) {
+    AnyState st = {V_UNSET, NULL};
+    uint32_t f;
+    int wt;
+    Cur sub;
+    while (next_field(&c, &f, &wt)) {
+        if (f == 2 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub) || !any_merge(sc, &st, sub)) {
+                Py_XDECREF(st.value);
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed AnyValue");
+                return NULL;
+            }
+        } else if (!skip(&c, f, wt)) {
+            Py_XDECREF(st.value);
+            PyErr_SetString(PyExc_ValueError, "malformed KeyValue");
+            return NULL;
+        }
+    }
+    return st.value ? st.value : Py_NewRef(Py_None);
+}
+
+static int kv_key(Cur c, Cur *key);
+
+/* KeyValue → (key, value). Returns 0 with an exception set. */
+static int key_value(Scanner *sc, Cur c, PyObject **key, PyObject **value) {
+    Cur kbytes;
+    if (!kv_key(c, &kbytes)) {
+        PyErr_SetString(PyExc_ValueError, "malformed KeyValue");
+        return 0;
+    }
+    *key = kbytes.p ? make_str(sc, kbytes.p, kbytes.end - kbytes.p) : PyUnicode_FromStringAndSize("", 0);
+    if (*key == NULL) return 0;
+    *value = kv_value(sc, c);
+    if (*value == NULL) {
+        Py_CLEAR(*key);
+        return 0;
+    }
+    return 1;
+}
+
+static void any_set(AnyState *st, int kind, PyObject *value) {
+    Py_XSETREF(st->value, value);
+    st->kind = kind;
+}
+
+static int any_merge(Scanner *sc, AnyState *st, Cur c) {
+    uint32_t f;
+    int wt;
+    uint64_t v;
+    Cur sub;
+    while (next_field(&c, &f, &wt)) {
+        PyObject *x = NULL;
+        if (f == 1 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub) || !(x = make_str(sc, sub.p, sub.end - sub.p))) return 0;
+            any_set(st, V_STR, x);
+        } else if (f == 2 && wt == WT_VARINT) {
+            if (!rd_varint(&c, &v)) return 0;
+            any_set(st, V_BOOL, Py_NewRef(v ? Py_True : Py_False));
+        } else if (f == 3 && wt == WT_VARINT) {
+            if (!rd_varint(&c, &v) || !(x = PyLong_FromLongLong((long long)(int64_t)v))) return 0;
+            any_set(st, V_INT, x);
+        } else if (f == 4 && wt == WT_I64) {
+            double d;
+            if (c.end - c.p < 8) return 0;
+            memcpy(&d, c.p, 8);
+            c.p += 8;
+            if (!(x = PyFloat_FromDouble(d))) return 0;
+            any_set(st, V_DOUBLE, x);
+        } else if (f == 5 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub)) return 0;
+            if (st->kind != V_ARRAY) {
+                if (!(x = PyList_New(0))) return 0;
+                any_set(st, V_ARRAY, x);
+            }
+            uint32_t g;
+            int gwt;
+            while (next_field(&sub, &g, &gwt)) {
+                Cur item;
+                if (g == 1 && gwt == WT_LEN) {
+                    AnyState inner = {V_UNSET, NULL};
+                    if (!rd_len(&sub, &item) || !any_merge(sc, &inner, item)) {
+                        Py_XDECREF(inner.value);
+                        return 0;
+                    }
+                    PyObject *iv = inner.value ? inner.value : Py_NewRef(Py_None);
+                    int rc = PyList_Append(st->value, iv);
+                    Py_DECREF(iv);
+                    if (rc < 0) return 0;
+                } else if (!skip(&sub, g, gwt)) {
+                    return 0;
+                }
+            }
+        } else if (f == 6 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub)) return 0;
+            if (st->kind != V_KVLIST) {
+                if (!(x = PyDict_New())) return 0;
+                any_set(st, V_KVLIST, x);
+            }
+            uint32_t g;
+            int gwt;
+            while (next_field(&sub, &g, &gwt)) {
+                Cur item;
+                if (g == 1 && gwt == WT_LEN) {
+                    PyObject *k, *kv;
+                    if (!rd_len(&sub, &item) || !key_value(sc, item, &k, &kv)) return 0;
+                    int rc = PyDict_SetItem(st->value, k, kv);
+                    Py_DECREF(k);
+                    Py_DECREF(kv);
+                    if (rc < 0) return 0;
+                } else if (!skip(&sub, g, gwt)) {
+                    return 0;
+                }
+            }
+        } else if (f == 7 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub) ||
+                !(x = PyBytes_FromStringAndSize((const char *)sub.p, sub.end - sub.p)))
+                return 0;
+            any_set(st, V_BYTES, x);
+        } else if (f == 8 && wt == WT_VARINT) {
+            /* string_value_strindex points into a dictionary that trace requests do not carry. */
+            if (!rd_varint(&c, &v)) return 0;
+            any_set(st, V_STRINDEX, NULL);
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The last key of a KeyValue, without creating objects. */
+static int kv_key(Cur c, Cur *key) {
+    uint32_t f;
+    int wt;
+    key->p = key->end = NULL;
+    while (next_field(&c, &f, &wt)) {
+        if (f == 1 && wt == WT_LEN) {
+            if (!rd_len(&c, key)) return 0;
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Adds a KeyValue to *dict (created on first use) when its key is wanted. */
+/* An oversized value's kind and raw bytes (a memoryview into the request, never a copy): the string's
+ * UTF-8 bytes, the bytes value, or the ArrayValue / KeyValueList message. NULL with no exception set when
+ * the value's last member is a scalar (then it is read normally). */
+static PyObject *oversized(Scanner *sc, Cur any) {
+    uint32_t f;
+    int wt;
+    Cur payload = {NULL, NULL};
+    const char *kind = NULL;
+    while (next_field(&any, &f, &wt)) {
+        Cur sub;
+        if (wt == WT_LEN && (f == 1 || f == 5 || f == 6 || f == 7)) {
+            if (!rd_len(&any, &sub)) return NULL;
+            payload = sub;
+            kind = f == 1 ? "string" : f == 5 ? "array" : f == 6 ? "kvlist" : "bytes";
+        } else {
+            if (!skip(&any, f, wt)) return NULL;
+            if (f >= 2 && f <= 8) kind = NULL;  /* a scalar member replaced it */
+        }
+    }
+    if (kind == NULL) return NULL;
+    if (sc->data_view == NULL && !(sc->data_view = PyMemoryView_FromObject(sc->data))) return NULL;
+    PyObject *raw = PySequence_GetSlice(sc->data_view, payload.p - sc->data_base, payload.end - sc->data_base);
+    if (raw == NULL) return NULL;
+    PyObject *out = PyObject_CallFunction(sc->oversized, "sN", kind, raw);
+    return out;
+}
+
+/* The payload of the last value occurrence of a KeyValue. */
+static int kv_last_value(Cur c, Cur *value) {
+    uint32_t f;
+    int wt;
+    value->p = value->end = NULL;
+    while (next_field(&c, &f, &wt)) {
+        if (f == 2 && wt == WT_LEN) {
+            if (!rd_len(&c, value)) return 0;
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int collect_attr(Scanner *sc, Cur kv, PyObject **dict) {
+    Cur key, last;
+    if (!kv_key(kv, &key)) return 0;
+    const uint8_t *kp = key.p ? key.p : (const uint8_t *)"";
+    PyObject *wanted = wanted_key(sc, kp, key.end - key.p);
+    if (wanted == NULL) return 1;
+    PyObject *v = NULL;
+    if (kv_last_value(kv, &last) && last.p != NULL && last.end - last.p > sc->max_value) {
+        v = oversized(sc, last);
+        if (v == NULL && PyErr_Occurred()) return 0;
+    }
+    if (v == NULL) v = kv_value(sc, kv);
+    if (v == NULL) return 0;
+    if (*dict == NULL && !(*dict = PyDict_New())) {
+        Py_DECREF(v);
+        return 0;
+    }
+    int rc = PyDict_SetItem(*dict, wanted, v);
+    Py_DECREF(v);
+    return rc == 0;
+}
+
+/* The string value of a KeyValue (or "" when it holds another type), merged as protobuf would. */
+static int kv_string(Scanner *sc, Cur kv, PyObject **out) {
+    PyObject *v = kv_value(sc, kv);
+    if (v == NULL) return 0;
+    if (PyUnicode_Check(v)) {
+        Py_XSETREF(*out, v);
+    } else {
+        Py_DECREF(v);
+        Py_XSETREF(*out, PyUnicode_FromStringAndSize("", 0));
+    }
+    return *out != NULL;
+}
+
+static int key_is(Cur key, const char *s) {
+    size_t n = strlen(s);
+    return key.p != NULL && (size_t)(key.end - key.p) == n && memcmp(key.p, s, n) == 0;
+}
+
+/* Resource → (wanted attributes or None, service.name). */
+static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **service) {
+    uint32_t f;
+    int wt;
+    while (next_field(&c, &f, &wt)) {
+        Cur kv, key;
+        if (f == 1 && wt == WT_LEN) {
+            if (!rd_len(&c, &kv) || !collect_attr(sc, kv, attrs) || !kv_key(kv, &key)) return 0;
+            if (key_is(key, "service.name") && !kv_string(sc, kv, service)) return 0;
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The type and message of an "exception" event, or 0 with *found unset when the event is another. */
+static int read_event(Scanner *sc, Cur c, PyObject **exc) {
+    uint32_t f;
+    int wt;
+    Cur name = {NULL, NULL}, walk = c, sub;
+    while (next_field(&walk, &f, &wt)) {
+        if (f == 2 && wt == WT_LEN) {
+            if (!rd_len(&walk, &name)) return 0;
+        } else if (!skip(&walk, f, wt)) {
+            return 0;
+        }
+    }
+    if (!key_is(name, "exception")) return 1;
+    PyObject *type = PyUnicode_FromStringAndSize("", 0), *message = Py_NewRef(type);
+    while (type != NULL && message != NULL && next_field(&c, &f, &wt)) {
+        Cur key;
+        if (f == 3 && wt == WT_LEN) {
+            if (!rd_len(&c, &sub) || !kv_key(sub, &key)) goto error;
+            if (key_is(key, "exception.type") && !kv_string(sc, sub, &type)) goto error;
+            if (key_is(key, "exception.message") && !kv_string(sc, sub, &message)) goto error;
+        } else if (!skip(&c, f, wt)) {
+            goto error;
+        }
+    }
+    if (type == NULL || message == NULL) goto error;
+    *exc = PyTuple_Pack(2, type, message);
+    Py_DECREF(type);
+    Py_DECREF(message);
+    return *exc != NULL;
+error:
+    Py_XDECREF(type);
+    Py_XDECREF(message);
+    return 0;
+}
+
+typedef struct {
+    Cur trace_id, span_id, name, status_message;
+    uint64_t start, end;
+    int32_t status_code;
+    PyObject *attrs, *exc;
+} SpanFields;
+
+/* One span → (resource index, name, trace id hex, span id hex, start, end, status code, status message,
+ * attributes or None, (exception type, message) or None). */
+static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, PyObject **last_trace, Cur *last_trace_bytes) {
+    SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL, NULL};
+    uint32_t f;
+    int wt;
+    Cur sub;
+    PyObject *out = NULL;
+    while (next_field(&c, &f, &wt)) {
+        if (wt == WT_LEN && (f == 1 || f == 2 || f == 5 || f == 9 || f == 11 || f == 15)) {
+            if (!rd_len(&c, &sub)) goto done;
+            if (f == 1) {
+                s.trace_id = sub;
+            } else if (f == 2) {
+                s.span_id = sub;
+            } else if (f == 5) {
+                s.name = sub;
+            } else if (f == 9) {
+                if (!collect_attr(sc, sub, &s.attrs)) goto done;
+            } else if (f == 11) {
+                if (s.exc == NULL && !read_event(sc, sub, &s.exc)) goto done;
+            } else {
+                uint32_t g;
+                int gwt;
+                uint64_t v;
+                while (next_field(&sub, &g, &gwt)) {
+                    if (g == 2 && gwt == WT_LEN) {
+                        if (!rd_len(&sub, &s.status_message)) goto done;
+                    } else if (g == 3 && gwt == WT_VARINT) {
+                        if (!rd_varint(&sub, &v)) goto done;
+                        s.status_code = (int32_t)(uint32_t)v;
+                    } else if (!skip(&sub, g, gwt)) {
+                        goto done;
+                    }
+                }
+            }
+        } else if ((f == 7 || f == 8) && wt == WT_I64) {
+            if (c.end - c.p < 8) goto done;
+            uint64_t t;
+            memcpy(&t, c.p, 8);
+            c.p += 8;
+            if (f == 7) s.start = t; else s.end = t;
+        } else if (!skip(&c, f, wt)) {
+            goto done;
+        }
+    }
+    PyObject *trace;
+    Py_ssize_t tn = s.trace_id.end - s.trace_id.p;
+    if (*last_trace != NULL && last_trace_bytes->end - last_trace_bytes->p == tn &&
+        (tn == 0 || memcmp(last_trace_bytes->p, s.trace_id.p, tn) == 0)) {
+        trace = Py_NewRef(*last_trace);
+    } else {
+        trace = make_hex(s.trace_id.p, tn);
+        if (trace == NULL) goto done;
+        Py_XSETREF(*last_trace, Py_NewRef(trace));
+        *last_trace_bytes = s.trace_id;
+    }
+    out = PyTuple_New(10);
+    if (out == NULL) {
+        Py_DECREF(trace);
+        goto done;
+    }
+    PyObject *items[10] = {
+        PyLong_FromSsize_t(r),
+        s.name.p ? make_str(sc, s.name.p, s.name.end - s.name.p) : PyUnicode_FromStringAndSize("", 0),
+        trace,
+        make_hex(s.span_id.p, s.span_id.end - s.span_id.p),
+        PyLong_FromUnsignedLongLong(s.start),
+        PyLong_FromUnsignedLongLong(s.end),
+        PyLong_FromLong(s.status_code),
+        s.status_message.p ? make_str(sc, s.status_message.p, s.status_message.end - s.status_message.p)
+                           : PyUnicode_FromStringAndSize("", 0),
+        Py_NewRef(s.attrs ? s.attrs : Py_None),
+        Py_NewRef(s.exc ? s.exc : Py_None),
+    };
+    int ok = 1;
+    for (int i = 0; i < 10; i++) {
+        if (items[i] == NULL) ok = 0;
+        PyTuple_SET_ITEM(out, i, items[i]);
+    }
+    if (!ok) Py_CLEAR(out); /* tupledealloc skips the NULL slots */
+done:
+    Py_XDECREF(s.attrs);
+    Py_XDECREF(s.exc);
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Scanner type                                                                                      */
+
+static PyObject *raise_invalid(Check *k) {
+    PyErr_Format(PyExc_ValueError, "%s (in %s)", k->error, k->where);
+    return NULL;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view) {
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+static PyObject *validate_request(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (get_buffer(arg, &buf) < 0) return NULL;
+    Check k = {NULL, NULL};
+    Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
+    int ok = validate(&k, &S_REQUEST, c, 0);
+    PyBuffer_Release(&buf);
+    if (!ok) return raise_invalid(&k);
+    Py_RETURN_NONE;
+}
+
+/* Scanner.scan(data) -> (resources, spans); see the module docstring of otelloop.otlp.scan. */
+static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
+    Py_buffer buf;
+    if (get_buffer(arg, &buf) < 0) return NULL;
+    Check k = {NULL, NULL};
+    Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
+    PyObject *resources = NULL, *spans = NULL, *result = NULL, *last_trace = NULL;
+    Cur last_trace_bytes = {NULL, NULL};
+    sc->data = arg;
+    sc->data_base = c.p;
+    if (!validate(&k, &S_REQUEST, c, 0)) {
+        raise_invalid(&k);
+        goto done;
+    }
+    if (!(resources = PyList_New(0)) || !(spans = PyList_New(0))) goto done;
+    uint32_t f;
+    int wt;
+    Cur rs;
+    Py_ssize_t r = 0;
+    while (next_field(&c, &f, &wt)) {
+        if (!(f == 1 && wt == WT_LEN)) {
+            if (!skip(&c, f, wt)) goto malformed;
+            continue;
+        }
+        if (!rd_len(&c, &rs)) goto malformed;
+        /* The resource first, wherever it sits: spans need to know whether it carries wanted keys. */
+        PyObject *rattrs = NULL, *service = PyUnicode_FromStringAndSize("", 0);
+        if (service == NULL) goto done;
+        Cur walk = rs, sub;
+        uint32_t g;
+        int gwt;
+        while (next_field(&walk, &g, &gwt)) {
+            if (g == 1 && gwt == WT_LEN) {
+                if (!rd_len(&walk, &sub) || !read_resource(sc, sub, &rattrs, &service)) {
+                    Py_XDECREF(rattrs);
+                    Py_DECREF(service);
+                    goto malformed;
+                }
+            } else if (!skip(&walk, g, gwt)) {
+                Py_XDECREF(rattrs);
+                Py_DECREF(service);
+                goto malformed;
+            }
+        }
+        int resource_wanted = rattrs != NULL;
+        PyObject *entry = Py_BuildValue("(NN)", rattrs ? rattrs : Py_NewRef(Py_None), service);
+        if (entry == NULL || PyList_Append(resources, entry) < 0) {
+            Py_XDECREF(entry);
+            goto done;
+        }
+        Py_DECREF(entry);
+        walk = rs;
+        while (next_field(&walk, &g, &gwt)) {
+            Cur ss;
+            if (!(g == 2 && gwt == WT_LEN)) {
+                if (!skip(&walk, g, gwt)) goto malformed;
+                continue;
+            }
+            if (!rd_len(&walk, &ss)) goto malformed;
+            uint32_t h;
+            int hwt;
+            while (next_field(&ss, &h, &hwt)) {
+                Cur span;
+                if (!(h == 2 && hwt == WT_LEN)) {
+                    if (!skip(&ss, h, hwt)) goto malformed;
+                    continue;
+                }
+                if (!rd_len(&ss, &span)) goto malformed;
+                PyObject *item = read_span(sc, span, r, &last_trace, &last_trace_bytes);
+                if (item == NULL) goto malformed;
+                if (!resource_wanted && PyTuple_GET_ITEM(item, 8) == Py_None) {
+                    /* Not an agent step: nothing the mapper reads. Counted, not materialised. */
+                    Py_DECREF(item);
+                    item = Py_NewRef(Py_None);
+                }
+                int rc = PyList_Append(spans, item);
+                Py_DECREF(item);
+                if (rc < 0) goto done;
+            }
+        }
+        r++;
+    }
+    result = PyTuple_Pack(2, resources, spans);
+    goto done;
+malformed:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed request");
+done:
+    Py_XDECREF(resources);
+    Py_XDECREF(spans);
+    Py_XDECREF(last_trace);
+    if (sc->data_view != NULL) {
+        /* Slices handed out keep the request's buffer alive on their own. */
+        PyObject *view = sc->data_view;
+        sc->data_view = NULL;
+        Py_DECREF(view);
+    }
+    sc->data = NULL;
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static void Scanner_dealloc(Scanner *sc) {
+    if (sc->keys != NULL) {
+        for (Py_ssize_t i = 0; i <= sc->key_mask; i++) Py_XDECREF(sc->keys[i].key);
+        PyMem_Free(sc->keys);
+    }
+    if (sc->cache != NULL) {
+        for (Py_ssize_t i = 0; i < CACHE_SLOTS; i++) Py_XDECREF(sc->cache[i].str);
+        PyMem_Free(sc->cache);
+    }
+    Py_XDECREF(sc->oversized);
+    Py_TYPE(sc)->tp_free((PyObject *)sc);
+}
+
+static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"keys", "max_value_bytes", "oversized", NULL};
+    PyObject *keys_arg, *factory;
+    Py_ssize_t max_value;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO", kwlist, &keys_arg, &max_value, &factory)) return -1;
+    if (sc->keys != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner is already initialised");
+        return -1;
+    }
+    PyObject *keys = PySequence_List(keys_arg);
+    if (keys == NULL) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(keys), size = 8;
+    while (size < 2 * n + 2) size <<= 1;
+    sc->keys = PyMem_Calloc(size, sizeof(KeyEntry));
+    sc->cache = PyMem_Calloc(CACHE_SLOTS, sizeof(CacheEntry));
+    if (sc->keys == NULL || sc->cache == NULL) {
+        Py_DECREF(keys);
+        PyErr_NoMemory();
+        return -1;
+    }
+    sc->key_mask = size - 1;
+    sc->max_value = max_value;
+    sc->oversized = Py_NewRef(factory);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyList_GET_ITEM(keys, j);
+        if (!PyUnicode_Check(key)) {
+            Py_DECREF(keys);
+            PyErr_SetString(PyExc_TypeError, "attribute keys must be str");
+            return -1;
+        }
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(key, &len);
+        if (u == NULL) {
+            Py_DECREF(keys);
+            return -1;
+        }
+        if (wanted_key(sc, (const uint8_t *)u, len) != NULL) continue;
+        uint64_t h = short_hash((const uint8_t *)u, len);
+        Py_ssize_t i = (Py_ssize_t)(h & sc->key_mask);
+        while (sc->keys[i].key != NULL) i = (i + 1) & sc->key_mask;
+        sc->keys[i] = (KeyEntry){h, len, u, Py_NewRef(key)};
+        sc->nkeys++;
+    }
+    Py_DECREF(keys);
+    return 0;
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_O,
+     "scan(data) -> (resources, spans): validate a request and extract what the mapper reads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otelloop._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(keys, max_value_bytes, oversized): reads OTLP trace requests, keeping the attributes "
+              "named in keys; values encoded longer than max_value_bytes become oversized(kind, memoryview).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = Scanner_methods,
+};
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Splicing                                                                                          */
+
+static Py_ssize_t varint_size(uint64_t n) {
+    Py_ssize_t s = 1;
+    while (n > 0x7F) {
+        n >>= 7;
+        s++;
+    }
+    return s;
+}
+
+static uint8_t *put_varint(uint8_t *out, uint64_t n) {
+    while (n > 0x7F) {
+        *out++ = (uint8_t)((n & 0x7F) | 0x80);
+        n >>= 7;
+    }
+    *out++ = (uint8_t)n;
+    return out;
+}
+
+typedef struct {
+    PyObject *extras;   /* list: None or bytes per span, in scan order */
+    Py_ssize_t nextras;
+    Py_ssize_t span;    /* running span index */
+    Py_ssize_t *sizes;  /* new content size of each container, in visiting order */
+    Py_ssize_t nsizes, cap;
+} Splice;
+
+static int push_size(Splice *sp, Py_ssize_t *slot_out) {
+    if (sp->nsizes == sp->cap) {
+        Py_ssize_t cap = sp->cap ? 2 * sp->cap : 64;
+        Py_ssize_t *sizes = PyMem_Realloc(sp->sizes, cap * sizeof(Py_ssize_t));
+        if (sizes == NULL) return 0;
+        sp->sizes = sizes;
+        sp->cap = cap;
+    }
+    *slot_out = sp->nsizes++;
+    return 1;
+}
+
+static Py_ssize_t extra_len(Splice *sp, Py_ssize_t i) {
+    if (i >= sp->nextras) return 0;
+    PyObject *x = PyList_GET_ITEM(sp->extras, i);
+    return x == Py_None ? 0 : PyBytes_GET_SIZE(x);
+}
+
+/* Size pass: the new content size of a message at level 0 (request), 1 (ResourceSpans) or 2
+ * (ScopeSpans); containers are numbered in visiting order. Returns -1 on malformed input. */
+static Py_ssize_t size_pass(Splice *sp, Cur c, int level) {
+    Py_ssize_t slot = -1, total = 0;
+    if (level > 0 && !push_size(sp, &slot)) return -1;
+    uint32_t f;
+    int wt;
+    while (c.p < c.end) {
+        const uint8_t *start = c.p;
+        if (!rd_tag(&c, &f, &wt)) return -1;
+        int child = (level == 0 && f == 1) || (level >= 1 && f == 2);
+        if (child && wt == WT_LEN) {
+            Cur sub;
+            const uint8_t *len_at = c.p;
+            if (!rd_len(&c, &sub)) return -1;
+            Py_ssize_t old = sub.end - sub.p, now;
+            if (level == 2) {
+                now = old + extra_len(sp, sp->span++);
+            } else {
+                now = size_pass(sp, sub, level + 1);
+                if (now < 0) return -1;
+            }
+            total += (len_at - start) + (now == old ? (sub.p - len_at) : varint_size(now)) + now;
+        } else {
+            if (!skip(&c, f, wt)) return -1;
+            total += c.p - start;
+        }
+    }
+    if (slot >= 0) sp->sizes[slot] = total;
+    return total;
+}
+
+static uint8_t *write_pass(Splice *sp, Cur c, int level, uint8_t *out, Py_ssize_t *slot) {
+    uint32_t f;
+    int wt;
+    while (c.p < c.end) {
+        const uint8_t *start = c.p;
+        if (!rd_tag(&c, &f, &wt)) return NULL;
+        int child = (level == 0 && f == 1) || (level >= 1 && f == 2);
+        if (child && wt == WT_LEN) {
+            Cur sub;
+            const uint8_t *len_at = c.p;
+            if (!rd_len(&c, &sub)) return NULL;
+            Py_ssize_t old = sub.end - sub.p;
+            memcpy(out, start, len_at - start);
+            out += len_at - start;
+            if (level == 2) {
+                Py_ssize_t i = sp->span++;
+                Py_ssize_t extra = extra_len(sp, i);
+                if (extra == 0) {
+                    memcpy(out, len_at, sub.end - len_at);
+                    out += sub.end - len_at;
+                } else {
+                    out = put_varint(out, (uint64_t)(old + extra));
+                    memcpy(out, sub.p, old);
+                    out += old;
+                    memcpy(out, PyBytes_AS_STRING(PyList_GET_ITEM(sp->extras, i)), extra);
+                    out += extra;
+                }
+            } else {
+                Py_ssize_t now = sp->sizes[(*slot)++];
+                if (now == old) {
+                    memcpy(out, len_at, sub.p - len_at);
+                    out += sub.p - len_at;
+                } else {
+                    out = put_varint(out, (uint64_t)now);
+                }
+                out = write_pass(sp, sub, level + 1, out, slot);
+                if (out == NULL) return NULL;
+            }
+        } else {
+            if (!skip(&c, f, wt)) return NULL;
+            memcpy(out, start, c.p - start);
+            out += c.p - start;
+        }
+    }
+    return out;
+}
+
+/* splice(data, extras) -> bytes: extras[i] (bytes or None) is appended to the i-th span. */
+static PyObject *splice(PyObject *self, PyObject *args) {
+    PyObject *data, *extras;
+    if (!PyArg_ParseTuple(args, "SO!", &data, &PyList_Type, &extras)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(extras);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(extras, i);
+        if (x != Py_None && !PyBytes_Check(x)) {
+            PyErr_SetString(PyExc_TypeError, "extras must hold bytes or None");
+            return NULL;
+        }
+    }
+    Splice sp = {extras, n, 0, NULL, 0, 0};
+    Cur c = {(const uint8_t *)PyBytes_AS_STRING(data),
+             (const uint8_t *)PyBytes_AS_STRING(data) + PyBytes_GET_SIZE(data)};
+    Py_ssize_t total = size_pass(&sp, c, 0);
+    PyObject *out = NULL;
+    if (total < 0) {
+        PyErr_SetString(PyExc_ValueError, "malformed request");
+        goto done;
+    }
+    if (sp.span != n) {
+        PyErr_Format(PyExc_ValueError, "request has %zd spans, %zd extras given", sp.span, n);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) goto done;
+    sp.span = 0;
+    Py_ssize_t slot = 0;
+    uint8_t *end = write_pass(&sp, c, 0, (uint8_t *)PyBytes_AS_STRING(out), &slot);
+    if (end != (uint8_t *)PyBytes_AS_STRING(out) + total) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_RuntimeError, "splice size mismatch");
+    }
+done:
+    PyMem_Free(sp.sizes);
+    return out;
+}
+
+/* span_bytes(data) -> list[bytes]: each span's serialised bytes, in scan order. */
+static PyObject *span_bytes(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (get_buffer(arg, &buf) < 0) return NULL;
+    Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
+    PyObject *out = PyList_New(0);
+    uint32_t f, g, h;
+    int wt, gwt, hwt;
+    Cur rs, ss, span;
+    while (out != NULL && next_field(&c, &f, &wt)) {
+        if (!(f == 1 && wt == WT_LEN)) {
+            if (!skip(&c, f, wt)) goto malformed;
+            continue;
+        }
+        if (!rd_len(&c, &rs)) goto malformed;
+        while (next_field(&rs, &g, &gwt)) {
+            if (!(g == 2 && gwt == WT_LEN)) {
+                if (!skip(&rs, g, gwt)) goto malformed;
+                continue;
+            }
+            if (!rd_len(&rs, &ss)) goto malformed;
+            while (next_field(&ss, &h, &hwt)) {
+                if (!(h == 2 && hwt == WT_LEN)) {
+                    if (!skip(&ss, h, hwt)) goto malformed;
+                    continue;
+                }
+                if (!rd_len(&ss, &span)) goto malformed;
+                PyObject *b = PyBytes_FromStringAndSize((const char *)span.p, span.end - span.p);
+                if (b == NULL || PyList_Append(out, b) < 0) {
+                    Py_XDECREF(b);
+                    Py_CLEAR(out);
+                    break;
+                }
+                Py_DECREF(b);
+            }
+        }
+    }
+    PyBuffer_Release(&buf);
+    return out;
+malformed:
+    PyBuffer_Release(&buf);
+    Py_XDECREF(out);
+    PyErr_SetString(PyExc_ValueError, "malformed request");
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"validate", validate_request, METH_O,
+     "validate(data): raise ValueError unless data is a well-formed ExportTraceServiceRequest."},
+    {"splice", splice, METH_VARARGS,
+     "splice(data, extras) -> bytes: append extras[i] (bytes or None) to the i-th span."},
+    {"span_bytes", span_bytes, METH_O, "span_bytes(data) -> list of each span's serialised bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "otelloop._scan",
+    "Native reader and splicer of OTLP trace requests (see otelloop.otlp.scan).", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    init_schemas();
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

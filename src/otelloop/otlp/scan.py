@@ -1,0 +1,206 @@
+"""Reading OTLP trace requests for the mapper: what each span says, as plain Python values.
+
+A :class:`Scanner` is built once with the attribute keys the mapping (and any detector that overwrites
+attributes) can read. ``scan(data)`` validates a whole ``ExportTraceServiceRequest`` with protobuf's
+rules and returns:
+
+* ``resources``: one ``(attributes, service_name)`` per ``ResourceSpans``, where ``attributes`` holds the
+  wanted keys the resource carries (``None`` when it carries none);
+* ``spans``: one entry per span, in request order. A span that carries no wanted key under a resource
+  that carries none cannot be an agent step and is ``None``; every other span is a :data:`SpanInfo`.
+
+Attribute values become ``str``, ``bool``, ``int``, ``float``, ``bytes``, ``list`` (array) or ``dict``
+(key-value list), and ``None`` for an empty value, so the mapper can tell a wrong type from a missing
+key. Repeated keys keep the last value, as a protobuf map does. A value whose encoding is longer than
+``max_value_bytes`` is not materialised: it becomes an :class:`Oversized` holding a view of its bytes
+in the request, so an agent that sends megabytes of arguments costs a hash, not copies.
+
+The native reader (``otelloop._scan``, a C extension built at install time) does this in one pass over
+the bytes without creating objects for anything else; where it could not be built the pure-Python
+reader below returns identical results through the generated protobuf classes, several times slower.
+``splice`` and ``span_bytes`` address spans by their index in ``spans``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from otelloop.otlp import wire
+
+try:
+    from otelloop import _scan as _native
+except ImportError:  # no C compiler at install time
+    _native = None
+
+#: The native reader is in use (``OTELLOOP_PURE_PYTHON=1`` turns it off, for comparison).
+NATIVE = _native is not None and os.environ.get("OTELLOOP_PURE_PYTHON", "") in ("", "0")
+
+
+
+class Oversized(NamedTuple):
+    """An attribute value too long to materialise, left as its bytes on the wire.
+
+    Attributes:
+        kind: ``string`` (``raw`` is its UTF-8 text), ``bytes``, ``array`` (``raw`` is the encoded
+            ``ArrayValue``) or ``kvlist`` (the encoded ``KeyValueList``).
+        raw: a view into the request's bytes.
+    """
+
+    kind: str
+    raw: memoryview
+
+
+#: (resource index, name, trace id hex, span id hex, start ns, end ns, status code, status message,
+#: wanted attributes or None, (exception type, exception message) of the first "exception" event or None)
+SpanInfo = tuple[int, str, str, str, int, int, int, str, "dict[str, Any] | None", "tuple[str, str] | None"]
+Resource = tuple["dict[str, Any] | None", str]
+Scanned = tuple[list[Resource], list["SpanInfo | None"]]
+
+
+class Scanner:
+    """Validates requests and extracts the attributes named in ``keys``.
+
+    Args:
+        keys: attribute keys to extract from spans and resources.
+        max_value_bytes: values encoded longer than this become :class:`Oversized`.
+        native: use the C reader (default: when it is available and not turned off).
+    """
+
+    def __init__(self, keys: Iterable[str], max_value_bytes: int = 65536, native: bool | None = None) -> None:
+        self.keys = frozenset(keys)
+        self.max_value_bytes = max_value_bytes
+        self.native = NATIVE if native is None else native
+        if self.native and _native is None:
+            raise RuntimeError("the native reader otelloop._scan is not built")
+        self._impl = _native.Scanner(sorted(self.keys), max_value_bytes, Oversized) if self.native else None
+
+    def scan(self, data: bytes) -> Scanned:
+        """Read a serialised request.
+
+        Raises:
+            ValueError: the bytes are not a valid ``ExportTraceServiceRequest`` (the message says why).
+        """
+        if self._impl is not None:
+            return self._impl.scan(data)
+        return _scan_python(data, self.keys, self.max_value_bytes)
+
+
+def splice(data: bytes, extras: list[bytes | None]) -> bytes:
+    """``data`` with ``extras[i]`` appended to the i-th span (``len(extras)`` equals the span count).
+
+    Every other byte is copied unchanged; the length prefixes of the spans and their enclosing
+    ``ScopeSpans``/``ResourceSpans`` are rewritten to match.
+    """
+    if NATIVE:
+        return _native.splice(data, extras)
+    spans = sum(len(ss.spans) for rs in wire.RawRequest.FromString(data).resource_spans for ss in rs.scope_spans)
+    if spans != len(extras):
+        raise ValueError(f"request has {spans} spans, {len(extras)} extras given")
+    return rewrite(data, {}, extras)
+
+
+def rewrite(data: bytes, replaced: dict[int, bytes], extras: list[bytes | None] | None = None) -> bytes:
+    """``data`` with the i-th span's bytes replaced by ``replaced[i]``, then ``extras[i]`` appended.
+
+    The slow path (one protobuf parse and serialisation), for the rare span whose own attributes change.
+    """
+    raw = wire.RawRequest.FromString(data)
+    i = 0
+    for rs in raw.resource_spans:
+        for ss in rs.scope_spans:
+            spans = ss.spans
+            for k in range(len(spans)):
+                new = replaced.get(i)
+                extra = extras[i] if extras is not None else None
+                if new is not None or extra:
+                    spans[k] = (new if new is not None else spans[k]) + (extra or b"")
+                i += 1
+    return raw.SerializeToString()
+
+
+def span_bytes(data: bytes) -> list[bytes]:
+    """Each span's serialised bytes, in request order."""
+    if NATIVE:
+        return _native.span_bytes(data)
+    raw = wire.RawRequest.FromString(data)
+    return [span for rs in raw.resource_spans for ss in rs.scope_spans for span in ss.spans]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The pure-Python reader: same results through the protobuf runtime
+
+
+def _scan_python(data: bytes, keys: frozenset[str], limit: int) -> Scanned:
+    try:
+        req = ExportTraceServiceRequest.FromString(data)
+    except (DecodeError, RuntimeError) as e:
+        raise ValueError(str(e) or "malformed request") from None
+    resources: list[Resource] = []
+    spans: list[SpanInfo | None] = []
+    for r, rs in enumerate(req.resource_spans):
+        ra = rs.resource.attributes
+        res_attrs = _wanted(ra, keys, limit)
+        service = _string_of(ra, "service.name")
+        resources.append((res_attrs, service))
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                attrs = _wanted(span.attributes, keys, limit)
+                if attrs is None and res_attrs is None:
+                    spans.append(None)
+                    continue
+                spans.append((r, span.name, span.trace_id.hex(), span.span_id.hex(), span.start_time_unix_nano,
+                              span.end_time_unix_nano, span.status.code, span.status.message, attrs,
+                              _exception(span)))
+    return resources, spans
+
+
+def _wanted(attributes: Any, keys: frozenset[str], limit: int) -> dict[str, Any] | None:
+    out = {kv.key: kv.value for kv in attributes if kv.key in keys}  # the last of repeated keys wins
+    return {k: _attribute(v, limit) for k, v in out.items()} or None
+
+
+def _string_of(attributes: Any, key: str) -> str:
+    value = ""
+    for kv in attributes:
+        if kv.key == key:
+            value = kv.value.string_value
+    return value
+
+
+def _exception(span: Any) -> tuple[str, str] | None:
+    for ev in span.events:
+        if ev.name == "exception":
+            return _string_of(ev.attributes, "exception.type"), _string_of(ev.attributes, "exception.message")
+    return None
+
+
+_OVERSIZED_KINDS = {"string_value": "string", "bytes_value": "bytes", "array_value": "array",
+                    "kvlist_value": "kvlist"}
+
+
+def _attribute(v: Any, limit: int) -> Any:
+    if v.ByteSize() > limit:
+        which = v.WhichOneof("value")
+        kind = _OVERSIZED_KINDS.get(which or "")
+        if kind is not None:
+            member = getattr(v, which)
+            raw = member.encode() if kind == "string" else member if kind == "bytes" else member.SerializeToString()
+            return Oversized(kind, memoryview(raw))
+    return _value(v)
+
+
+def _value(v: Any) -> Any:
+    """An ``AnyValue`` as a plain Python value (``None`` when empty)."""
+    which = v.WhichOneof("value")
+    if which == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in v.kvlist_value.values}
+    if which is None or which == "string_value_strindex":  # an index into a table traces do not carry
+        return None
+    return getattr(v, which)

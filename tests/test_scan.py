@@ -1,0 +1,321 @@
+"""The request reader: the native reader and the pure-Python one agree with each other and with protobuf.
+
+The native reader (``otelloop._scan``) must accept exactly the requests protobuf accepts and return the
+same values as the pure-Python reader, which reads through the protobuf runtime; splicing must leave
+every byte it does not change as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+from spans import any_value, parse, request, span, tool_span
+
+from otelloop.config import build_config
+from otelloop.mapping.mapper import SPAN_KEYS
+from otelloop.otlp import scan, wire
+from otelloop.pipeline import Pipeline
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KEYS = SPAN_KEYS | {"k", "a", "b", "n", "cognition.entropy_score"}
+
+
+def test_the_native_reader_is_built() -> None:
+    """CI builds the C extension at install; without it otelloop runs, but several times slower."""
+    assert scan._native is not None, "otelloop._scan is missing: reinstall with a C compiler (pip install -e .)"
+    assert scan.NATIVE
+
+
+def readers(limit: int = 65536) -> tuple[scan.Scanner, scan.Scanner]:
+    return scan.Scanner(KEYS, limit, native=True), scan.Scanner(KEYS, limit, native=False)
+
+
+def outcome(reader: scan.Scanner, data: bytes) -> Any:
+    try:
+        return reader.scan(data)
+    except ValueError:
+        return "refused"
+
+
+def assert_same(data: bytes, limit: int = 65536) -> Any:
+    native, python = readers(limit)
+    got, want = outcome(native, data), outcome(python, data)
+    assert got == want
+    return got
+
+
+def _field(number: int, payload: bytes, wire_type: int = 2) -> bytes:
+    head = wire._varint(number << 3 | wire_type)
+    return head + (wire._varint(len(payload)) + payload if wire_type == 2 else payload)
+
+
+def _request_of_span(span_bytes: bytes, resource: bytes = b"") -> bytes:
+    rs = (_field(1, resource) if resource else b"") + _field(2, _field(2, span_bytes))
+    return _field(1, rs)
+
+
+def _kv(key: bytes, *values: bytes) -> bytes:
+    return _field(1, key) + b"".join(_field(2, v) for v in values)
+
+
+# -- recorded and synthetic requests ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
+def test_recorded_requests_read_the_same(path: Path) -> None:
+    resources, spans = assert_same(path.read_bytes())
+    assert any(s is not None for s in spans)
+
+
+def test_values_of_every_type() -> None:
+    attrs = {"k": "v", "n": 3, "gen_ai.usage.cost": 1.5, "a": True, "b": b"\x00\xff",
+             "gen_ai.tool.call.arguments": ["x", 1, 2.5, False, b"\x01"],
+             "gen_ai.tool.call.result": AnyValue(kvlist_value=KeyValueList(values=[
+                 KeyValue(key="inner", value=any_value([1, 2])), KeyValue(key="empty", value=AnyValue())])),
+             "gen_ai.prompt": AnyValue(), "ignored.key": "not read"}
+    events = [Span.Event(name="other"), Span.Event(name="exception", attributes=[
+        KeyValue(key="exception.type", value=any_value("ValueError")),
+        KeyValue(key="exception.message", value=any_value(7))])]
+    data = request(span("s", attrs, error="boom", events=events), resource={"session.id": "r1"})
+    resources, spans = assert_same(data)
+    assert resources == [({"session.id": "r1"}, "agent-svc")]
+    (r, name, trace, span_id, start, end, code, message, got, exc), = spans
+    assert (r, name, code, message, exc) == (0, "s", 2, "boom", ("ValueError", ""))
+    assert len(trace) == 32 and len(span_id) == 16 and end > start
+    assert got == {"k": "v", "n": 3, "gen_ai.usage.cost": 1.5, "a": True, "b": b"\x00\xff",
+                   "gen_ai.tool.call.arguments": ["x", 1, 2.5, False, b"\x01"],
+                   "gen_ai.tool.call.result": {"inner": [1, 2], "empty": None}, "gen_ai.prompt": None}
+
+
+def test_spans_that_cannot_be_steps_are_counted_not_read() -> None:
+    data = request(span("plain", {"http.method": "GET"}), span("step", {"gen_ai.operation.name": "chat"}))
+    resources, spans = assert_same(data)
+    assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1][1] == "step"
+
+
+def test_several_resources_and_scopes_keep_their_order() -> None:
+    def rs(service: str, *names: str) -> ResourceSpans:
+        out = ResourceSpans(scope_spans=[ScopeSpans(spans=[span(n, {"k": n}) for n in names[:1]]),
+                                         ScopeSpans(spans=[span(n, {"k": n}) for n in names[1:]])])
+        out.resource.attributes.add(key="service.name", value=any_value(service))
+        return out
+    data = ExportTraceServiceRequest(resource_spans=[rs("one", "a", "b", "c"), rs("two", "d")]).SerializeToString()
+    resources, spans = assert_same(data)
+    assert [s for _, s in resources] == ["one", "two"]
+    assert [(s[0], s[1]) for s in spans] == [(0, "a"), (0, "b"), (0, "c"), (1, "d")]
+
+
+def test_long_values_are_left_in_the_request() -> None:
+    big = "é" * 40
+    data = request(tool_span(args=big, result=["x" * 70]), span("b", {"b": b"\x01" * 80, "k": "short"}))
+    _, spans = assert_same(data, limit=64)
+    args = spans[0][8]["gen_ai.tool.call.arguments"]
+    assert isinstance(args, scan.Oversized) and args.kind == "string" and bytes(args.raw) == big.encode()
+    assert spans[0][8]["gen_ai.tool.call.result"].kind == "array"
+    assert spans[1][8] == {"b": scan.Oversized("bytes", memoryview(b"\x01" * 80)), "k": "short"}
+
+
+# -- wire-level corner cases ---------------------------------------------------------------------
+
+
+def _s(value: bytes) -> bytes:
+    return _field(1, value)  # AnyValue.string_value
+
+
+CASES = {
+    "repeated key: the last wins": _field(9, _kv(b"k", _s(b"first"))) + _field(9, _kv(b"k", _s(b"second"))),
+    "value given twice: merged, last member wins": _field(9, _kv(b"k", _s(b"a"), _field(3, b"\x05", 0))),
+    "arrays given twice: concatenated": _field(9, _kv(b"k", _field(5, _field(1, _s(b"a"))),
+                                                      _field(5, _field(1, _s(b"b"))))),
+    "key after value": _field(9, _field(2, _s(b"v")) + _field(1, b"k")),
+    "no value": _field(9, _field(1, b"k")),
+    "string index: no value": _field(9, _kv(b"k", _s(b"a") + _field(8, b"\x03", 0))),
+    "unknown fields and groups are skipped": _field(9, _kv(b"k", _s(b"v"))) + _field(99, b"\x01", 0)
+    + wire._varint(100 << 3 | 3) + _field(1, b"x") + wire._varint(100 << 3 | 4) + _field(5, b"n"),
+    "known field with another wire type is unknown": _field(9, b"\x07", 0) + _field(5, b"n"),
+    "status given twice: merged": _field(15, _field(3, b"\x02", 0)) + _field(15, _field(2, b"msg")),
+    "invalid UTF-8 in an unread key": _field(9, _kv(b"\xff", _s(b"v"))),
+    "invalid UTF-8 in an unread value": _field(9, _kv(b"zz", _s(b"\xed\xa0\x80"))),
+    "invalid UTF-8 in the name": _field(5, b"\xc0\xaf"),
+    "truncated length": _field(9, _kv(b"k", _s(b"v")))[:-1],
+    "unterminated group": wire._varint(100 << 3 | 3) + _field(1, b"x"),
+    "mismatched end group": wire._varint(100 << 3 | 3) + wire._varint(101 << 3 | 4),
+    "stray end group": wire._varint(100 << 3 | 4),
+    "field number 0": b"\x02\x00",
+    "wire type 7": b"\x0f",
+    "overlong varint": _field(6, b"\xff" * 10 + b"\x01", 0),
+    "ten-byte varint": _field(6, b"\xff" * 9 + b"\x01", 0),
+    "unicode everywhere": _field(5, "ñame ✓ 🙂".encode()) + _field(9, _kv("k".encode(), _s("välue 🙂".encode()))),
+}
+
+
+@pytest.mark.parametrize("span_bytes", CASES.values(), ids=CASES.keys())
+def test_wire_corner_cases_read_as_protobuf_reads_them(span_bytes: bytes) -> None:
+    data = _request_of_span(_field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + span_bytes)
+    got = assert_same(data)
+    try:
+        ExportTraceServiceRequest.FromString(data)
+        accepted = True
+    except Exception:
+        accepted = False
+    assert (got != "refused") == accepted
+
+
+@pytest.mark.parametrize("depth", [10, 47, 48, 60])
+def test_nesting_limit_is_protobufs(depth: int) -> None:
+    value = _s(b"x")
+    for _ in range(depth):
+        value = _field(5, _field(1, value))
+    assert_same(_request_of_span(_field(9, _kv(b"k", value))))
+
+
+# -- property tests ------------------------------------------------------------------------------
+
+scalars = st.one_of(st.text(max_size=12), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                    st.floats(allow_nan=False), st.binary(max_size=6))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+                      max_leaves=8)
+keys = st.sampled_from(sorted(KEYS)[:40] + ["k", "n", "other", "x.y"])
+
+
+def _any(v: Any) -> AnyValue:
+    if isinstance(v, dict):
+        return AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key=k, value=_any(x)) for k, x in v.items()]))
+    if isinstance(v, list):
+        return AnyValue(array_value=ArrayValue(values=[_any(x) for x in v]))
+    return any_value(v)
+
+
+spans_st = st.builds(
+    lambda name, attrs, code, msg, exc: Span(
+        name=name, trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=5, end_time_unix_nano=9,
+        attributes=[KeyValue(key=k, value=_any(v)) for k, v in attrs],
+        status=Status(code=code, message=msg),
+        events=[Span.Event(name="exception", attributes=[KeyValue(key="exception.type", value=_any(exc))])]
+        if exc is not None else []),
+    st.text(max_size=10), st.lists(st.tuples(keys, values), max_size=6), st.integers(0, 2), st.text(max_size=5),
+    st.one_of(st.none(), scalars))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(spans_st, min_size=1, max_size=4), st.lists(st.tuples(keys, values), max_size=3))
+def test_generated_requests_read_the_same(spans: list[Span], resource: list[tuple[str, Any]]) -> None:
+    rs = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])
+    rs.resource.attributes.extend([KeyValue(key=k, value=_any(v)) for k, v in resource])
+    assert assert_same(ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()) != "refused"
+
+
+def _valid_request() -> bytes:
+    return request(tool_span(args='{"path": "a.py"}', result=["ok", 1]), span("chat", {"gen_ai.operation.name": "chat",
+                   "gen_ai.usage.input_tokens": 12}, error="bad"), resource={"session.id": "s"})
+
+
+@settings(max_examples=int(os.environ.get("OTELLOOP_FUZZ_EXAMPLES", "1500")), deadline=None)
+@given(st.data())
+def test_mutated_requests_are_refused_or_read_as_protobuf_reads_them(data: st.DataObject) -> None:
+    raw = bytearray(_valid_request())
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["flip", "set", "cut", "insert"]))
+        i = data.draw(st.integers(0, len(raw) - 1))
+        if op == "flip":
+            raw[i] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "set":
+            raw[i] = data.draw(st.integers(0, 255))
+        elif op == "cut":
+            del raw[i:i + data.draw(st.integers(1, 8))]
+        else:
+            raw[i:i] = data.draw(st.binary(min_size=1, max_size=4))
+        if not raw:
+            return
+    assert_same(bytes(raw))
+
+
+# -- splicing ------------------------------------------------------------------------------------
+
+
+def _splice_both(data: bytes, extras: list[bytes | None]) -> bytes:
+    native = scan._native.splice(data, extras)
+    saved, scan.NATIVE = scan.NATIVE, False
+    try:
+        python = scan.splice(data, extras)
+    finally:
+        scan.NATIVE = saved
+    assert parse(native) == parse(python)
+    return native
+
+
+def test_splice_appends_to_the_right_spans_and_keeps_everything_else() -> None:
+    two = ResourceSpans(scope_spans=[ScopeSpans(spans=[span("a"), span("b")]), ScopeSpans(spans=[span("c")])])
+    data = ExportTraceServiceRequest(resource_spans=[two, ResourceSpans(scope_spans=[ScopeSpans(
+        spans=[span("d", {"k": "v"})])])]).SerializeToString()
+    extra = wire.encode_span_attributes({"otelloop.verdict": "continue"})
+    out = parse(_splice_both(data, [None, extra, None, extra * 200]))
+    before = parse(data)
+    assert [s.name for s in out] == ["a", "b", "c", "d"]
+    assert out[0] == before[0] and out[2] == before[2]
+    assert [kv.key for kv in out[1].attributes] == ["otelloop.verdict"]
+    assert len(out[3].attributes) == 201 and out[3].span_id == before[3].span_id
+    assert scan._native.splice(data, [None] * 4) == data
+
+
+def test_splice_keeps_unknown_fields_and_unchanged_length_prefixes() -> None:
+    span_a = _field(5, b"a")
+    rs = _field(2, _field(2, span_a) + _field(9, b"\x01", 0)) + _field(7, b"x")  # unknown fields at each level
+    data = _field(1, rs) + _field(9, b"tail")
+    assert scan._native.splice(data, [None]) == data
+    out = scan._native.splice(data, [b"\x2a\x01z"])  # a second name field: the last one wins
+    assert out.endswith(_field(9, b"tail"))
+    assert ExportTraceServiceRequest.FromString(out).resource_spans[0].scope_spans[0].spans[0].name == "z"
+    # ResourceSpans{scope_spans with a non-minimal length prefix 0x83 0x00} next to a span that grows.
+    odd = wire._varint(2 << 3 | 2) + b"\x83\x00" + span_a
+    data = _field(1, odd + _field(2, _field(2, span_a)))
+    out = scan._native.splice(data, [b"\x2a\x01z"])
+    assert odd in out and parse(out)[0].name == "z"
+
+
+def test_splice_refuses_a_wrong_number_of_extras() -> None:
+    with pytest.raises(ValueError, match="2 spans"):
+        scan._native.splice(request(span("a"), span("b")), [None])
+
+
+def test_rewrite_replaces_then_appends() -> None:
+    data = request(span("a", {"cognition.entropy_score": 0.9}), span("b"))
+    spans = scan.span_bytes(data)
+    new = wire.replace_span_attributes(spans[0], {"cognition.entropy_score": 0.1})
+    out = parse(scan.rewrite(data, {0: new}, [b"\x2a\x01!", b"\x2a\x01?"]))
+    assert [s.name for s in out] == ["!", "?"]  # appended name fields: the last one wins
+    assert [(kv.key, kv.value.double_value) for kv in out[0].attributes] == [("cognition.entropy_score", 0.1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=4), min_size=1, max_size=3), st.randoms())
+def test_splice_matches_the_protobuf_rebuild(layout: list[list[bool]], rnd: random.Random) -> None:
+    rss = [ResourceSpans(scope_spans=[ScopeSpans(spans=[span(f"s{i}") for i in range(len(group))])])
+           for group in layout]
+    data = ExportTraceServiceRequest(resource_spans=rss).SerializeToString()
+    flags = [flag for group in layout for flag in group]
+    extras = [wire.encode_span_attributes({"x": "y" * rnd.randint(0, 300)}) if f else None for f in flags]
+    _splice_both(data, extras)
+
+
+# -- the pipeline on both readers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
+def test_pipeline_steps_are_the_same_on_both_readers(path: Path) -> None:
+    data = path.read_bytes()
+    native, python = Pipeline(build_config({}, env={})), Pipeline(build_config({}, env={}))
+    python.scanner = scan.Scanner(python.scanner.keys, native=False)
+    got, want = native.decode(data), python.decode(data)
+    assert got.steps == want.steps and got.mapping_errors == want.mapping_errors and got.spans == want.spans
+    assert native.process(got).data == python.process(want).data
