@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 /* protobuf's default recursion limit for parsing (upb: kUpb_WireFormat_DefaultDepthLimit). */
 #define MAX_DEPTH 100
@@ -1212,7 +1213,115 @@ malformed:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Typed reads of attribute values (SPEC §3), for the mapper                                          */
+
+enum { R_STRING = 0, R_TEXT = 1, R_COUNT = 2, R_AMOUNT = 3 };
+
+/* One read: the first usable value of keys, span first then resource. Returns a new reference
+ * (Py_None when nothing usable), NULL on error. Values of the wrong type append field to errors. */
+static PyObject *read_one(PyObject *span, PyObject *res, int op, PyObject *keys, PyObject *field,
+                          PyObject *errors) {
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
+    PyObject *dicts[2] = {span, res};
+    for (int pass = 0; pass < 2; pass++) {
+        PyObject *d = dicts[pass];
+        if (d == Py_None || PyDict_GET_SIZE(d) == 0) continue;
+        for (Py_ssize_t i = 0; i < nkeys; i++) {
+            PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, i));
+            if (v == NULL) {
+                if (PyErr_Occurred()) return NULL;
+                continue;
+            }
+            int wrong = 0;
+            switch (op) {
+            case R_STRING:
+                if (PyUnicode_CheckExact(v)) {
+                    if (PyUnicode_GET_LENGTH(v) > 0) return Py_NewRef(v);
+                } else if (PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v)) {
+                    return PyObject_Str(v);
+                } else if (v != Py_None) {
+                    wrong = 1;
+                }
+                break;
+            case R_TEXT:
+                if (PyUnicode_CheckExact(v) || PyList_CheckExact(v) || PyDict_CheckExact(v)) return Py_NewRef(v);
+                if (v == Py_None) return PyUnicode_FromStringAndSize("", 0);
+                if (PyBytes_CheckExact(v)) {
+                    wrong = 1;
+                } else if (PyTuple_Check(v)) { /* Oversized(kind, raw) */
+                    PyObject *kind = PyTuple_GET_SIZE(v) > 0 ? PyTuple_GET_ITEM(v, 0) : NULL;
+                    if (kind != NULL && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "bytes") == 0)
+                        wrong = 1;
+                    else
+                        return Py_NewRef(v);
+                } else {
+                    return PyObject_Str(v);
+                }
+                break;
+            case R_COUNT:
+                if (PyLong_CheckExact(v)) {
+                    int overflow;
+                    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+                    if (n == -1 && PyErr_Occurred()) return NULL;
+                    if (overflow > 0 || (overflow == 0 && n >= 0)) return Py_NewRef(v);
+                } else if (PyFloat_CheckExact(v)) {
+                    double x = PyFloat_AS_DOUBLE(v);
+                    if (isfinite(x) && x >= 0 && x == floor(x)) return PyLong_FromDouble(x);
+                }
+                wrong = 1;
+                break;
+            case R_AMOUNT:
+                if (PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
+                    double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+                    if (x == -1.0 && PyErr_Occurred()) return NULL;
+                    if (isfinite(x) && x >= 0) return PyFloat_CheckExact(v) ? Py_NewRef(v) : PyFloat_FromDouble(x);
+                }
+                wrong = 1;
+                break;
+            }
+            if (wrong && PyList_Append(errors, field) < 0) return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* resolve(span, res, plan, errors) -> tuple: one result per (op, keys, field) of plan. */
+static PyObject *resolve(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !(args[0] == Py_None || PyDict_Check(args[0])) ||
+        !(args[1] == Py_None || PyDict_Check(args[1])) || !PyTuple_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "resolve(span: dict, res: dict, plan: tuple, errors: list)");
+        return NULL;
+    }
+    PyObject *plan = args[2];
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *read = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_Check(read) || PyTuple_GET_SIZE(read) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(read, 1))) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "plan items are (op, keys tuple, field)");
+            return NULL;
+        }
+        int op = (int)PyLong_AsLong(PyTuple_GET_ITEM(read, 0));
+        if (op == -1 && PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *v = read_one(args[0], args[1], op, PyTuple_GET_ITEM(read, 1), PyTuple_GET_ITEM(read, 2), args[3]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"resolve", (PyCFunction)(void (*)(void))resolve, METH_FASTCALL,
+     "resolve(span, res, plan, errors) -> tuple: typed reads of attribute values (see otelloop.mapping.reads)."},
     {"validate", validate_request, METH_O,
      "validate(data): raise ValueError unless data is a well-formed ExportTraceServiceRequest."},
     {"splice", splice, METH_VARARGS,

@@ -50,6 +50,8 @@ class Step:
     cost_usd: float = 0.0
     start_ns: int = 0
     end_ns: int = 0
+    trace_id: str = ""
+    span_id: str = ""
     file_path: str | None = None
     command: str | None = None
     tool_class: ToolClass | None = None
@@ -62,8 +64,6 @@ class Step:
     failing_tests: int | None = None
     failure_signature: str | None = None
     state_hash: str | None = None
-    trace_id: str = ""
-    span_id: str = ""
 
     @property
     def duration_s(self) -> float:

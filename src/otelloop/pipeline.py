@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from otelloop.config import Config, build_config
@@ -123,28 +123,31 @@ class Pipeline:
                 self.metrics.mapping_errors.labels(fld).inc(n)
         if not decoded.steps:
             return Processed(decoded.data, decoded.spans, 0, False)
-        extras: list[bytes | None] | None = None
+        extras: list[bytes | None] = [None] * decoded.spans
         replacements: dict[Position, dict[str, AttrValue]] = {}
         findings: list[tuple[Step, Finding]] = []
         usage = _Usage(self.metrics)
         langfuse = self.config.enrich.langfuse_attributes
-        for pos, step, info in decoded.steps:
-            session = self._session_for(step)
-            ctx = self.engine.observe(session, step)
-            usage.add(step, ctx)
-            _remember_scores(session, ctx)
-            extra = self._encode(step, ctx, langfuse)
-            if extra:
-                if extras is None:
-                    extras = [None] * decoded.spans
-                extras[pos] = extra
-            if ctx.overwrites and info[8] is not None:
-                carried = info[8]
-                present = {k: v for k, v in ctx.overwrites.items() if k in carried}
-                if present:
-                    replacements[pos] = present
-            for finding in ctx.findings:
-                findings.append((step, finding))
+        detecting = bool(self.engine.detectors)
+        for group in _by_session(decoded.steps):
+            session = self.store.touch(group[0][1].session)
+            for pos, step, info in group:
+                _account(session, step)
+                usage.add(step)
+                if not detecting:  # only the verdict to add, which no step of this request can change
+                    extras[pos] = wire.encode_span_attributes({"otelloop.verdict": session.verdict})
+                    continue
+                ctx = self.engine.observe(session, step)
+                usage.add_findings(step, ctx)
+                _remember_scores(session, ctx)
+                extras[pos] = self._encode(step, ctx, langfuse) or None
+                if ctx.overwrites and info[8] is not None:
+                    carried = info[8]
+                    present = {k: v for k, v in ctx.overwrites.items() if k in carried}
+                    if present:
+                        replacements[pos] = present
+                for finding in ctx.findings:
+                    findings.append((step, finding))
         usage.flush()
         for step, finding in findings:
             for sink in self.finding_sinks:
@@ -152,22 +155,9 @@ class Pipeline:
         data = decoded.data
         if replacements:
             data = _replace_attributes(data, replacements, extras)
-        elif extras is not None:
+        elif any(extras):
             data = scan.splice(data, extras)
         return Processed(data, decoded.spans, len(decoded.steps), data is not decoded.data, findings)
-
-    def _session_for(self, step: Step) -> Session:
-        session = self.store.touch(step.session)
-        if session.steps == 0:
-            session.first_start_ns = step.start_ns
-        session.steps += 1
-        session.agent = step.agent or session.agent
-        session.service = step.service or session.service
-        session.last_end_ns = max(session.last_end_ns, step.end_ns)
-        session.cost_usd += step.cost_usd
-        session.input_tokens += step.input_tokens
-        session.output_tokens += step.output_tokens
-        return session
 
     def _encode(self, step: Step, ctx: StepContext, langfuse: bool) -> bytes:
         out = wire.encode_span_attributes(ctx.attributes) if ctx.attributes else b""
@@ -200,6 +190,33 @@ def _start_time(item: tuple[Position, Step, SpanInfo]) -> int:
     return item[1].start_ns
 
 
+def _by_session(steps: list[tuple[Position, Step, SpanInfo]]) -> Iterable[list[tuple[Position, Step, SpanInfo]]]:
+    """The request's steps grouped by session, each group in time order, so a session is looked up
+    (and moved to the recent end of the store) once per request rather than once per step."""
+    groups: dict[str, list[tuple[Position, Step, SpanInfo]]] = {}
+    for item in steps:
+        group = groups.get(item[1].session)
+        if group is None:
+            groups[item[1].session] = [item]
+        else:
+            group.append(item)
+    return groups.values()
+
+
+def _account(session: Session, step: Step) -> None:
+    """Fold a step into its session's totals (before detectors see it)."""
+    if session.steps == 0:
+        session.first_start_ns = step.start_ns
+    session.steps += 1
+    session.agent = step.agent or session.agent
+    session.service = step.service or session.service
+    if step.end_ns > session.last_end_ns:
+        session.last_end_ns = step.end_ns
+    session.cost_usd += step.cost_usd
+    session.input_tokens += step.input_tokens
+    session.output_tokens += step.output_tokens
+
+
 def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
                         extras: list[bytes | None] | None) -> bytes:
     """Rewrite the spans that carry an attribute otelloop overwrites (rare), then splice in the extras."""
@@ -230,7 +247,7 @@ class _Usage:
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
         self.entropy: list[float] = []
 
-    def add(self, step: Step, ctx: StepContext) -> None:
+    def add(self, step: Step) -> None:
         key = (step.kind, step.service, step.model or "")
         totals = self.by_key.get(key)
         if totals is None:
@@ -239,6 +256,8 @@ class _Usage:
         totals[1] += step.input_tokens
         totals[2] += step.output_tokens
         totals[3] += step.cost_usd
+
+    def add_findings(self, step: Step, ctx: StepContext) -> None:
         if ctx.findings:
             for f in ctx.findings:
                 self.findings[(f.detector, f.finding, f.severity, step.service)] += 1

@@ -9,7 +9,6 @@ field and reported through ``errors``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
+from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
 from otelloop.otlp.scan import Oversized, Resource, SpanInfo
@@ -68,6 +68,12 @@ _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
 _EMPTY: dict[str, Any] = {}
+_PROGRESS_READS: tuple[tuple[str, Plan], ...] = tuple(
+    (key, ((COUNT if key == "otelloop.progress.failing_tests" else STRING, (key,), "progress"),))
+    for key in _PROGRESS)
+_PROGRESS_KEYS = frozenset(_PROGRESS)
+_METADATA_NODE: Plan = ((STRING, ("metadata",), "node"),)
+_ENTITY_NODE: Plan = ((STRING, ("traceloop.entity.name",), "node"),)
 
 
 def _to_json(value: Any) -> str:
@@ -75,100 +81,10 @@ def _to_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=bytes.hex)
 
 
-class _Attrs:
-    """Typed reads from one span's wanted attributes, falling back to its resource's (SPEC §3 order).
-
-    Values are plain Python values from :mod:`otelloop.otlp.scan`. Written as plain loops over a few
-    dict lookups: this runs for every span on the hot path.
-    """
-
-    __slots__ = ("span", "res", "errors")
-
-    def __init__(self, span_attrs: dict[str, Any], res_attrs: dict[str, Any], errors: list[str]) -> None:
-        self.span, self.res, self.errors = span_attrs, res_attrs, errors
-
-    def values(self, keys: tuple[str, ...]) -> list[tuple[str, Any]]:
-        span, res = self.span, self.res
-        found = [(k, span[k]) for k in keys if k in span]
-        if res:
-            found += [(k, res[k]) for k in keys if k in res]
-        return found
-
-    def string(self, keys: tuple[str, ...], field: str) -> str | None:
-        span = self.span
-        for k in keys:
-            if k in span:
-                s = span[k]
-                if s and type(s) is str:
-                    return s
-                break
-        else:
-            if not self.res:
-                return None
-        for _, v in self.values(keys):
-            t = type(v)
-            if t is str:
-                if v:
-                    return v
-            elif t is int or t is float or t is bool:
-                return str(v)
-            elif v is not None:
-                self.errors.append(field)
-        return None
-
-    def text(self, keys: tuple[str, ...], field: str) -> tuple[str, str | Oversized] | None:
-        """(key, value as text) — structured values (arrays, maps) are rendered as JSON; values too long
-        to materialise stay :class:`~otelloop.otlp.scan.Oversized`."""
-        for k, v in self.values(keys):
-            t = type(v)
-            if t is str:
-                return k, v
-            if v is None:
-                return k, ""
-            if t is list or t is dict:
-                return k, _to_json(v)
-            if t is bytes:
-                self.errors.append(field)
-                continue
-            if t is Oversized:
-                if v.kind == "bytes":
-                    self.errors.append(field)
-                    continue
-                return k, v
-            return k, str(v)
-        return None
-
-    def count(self, keys: tuple[str, ...], field: str) -> int | None:
-        span = self.span
-        for k in keys:  # fast path: the first present key holds a positive integer
-            if k in span:
-                n = span[k]
-                if type(n) is int and n > 0:
-                    return n
-                break
-        for _, v in self.values(keys):
-            t = type(v)
-            if t is int and v >= 0:
-                return v
-            if t is float and math.isfinite(v) and v >= 0 and v.is_integer():
-                return int(v)
-            self.errors.append(field)
-        return None
-
-    def amount(self, keys: tuple[str, ...], field: str) -> float | None:
-        for _, v in self.values(keys):
-            t = type(v)
-            if t is float or t is int:
-                x = float(v)
-                if math.isfinite(x) and x >= 0:
-                    return x
-            self.errors.append(field)
-        return None
-
-    def kind_value(self, key: str) -> str:
-        """A span attribute that selects a kind or a rule: its string value, "" if absent or not a string."""
-        v = self.span.get(key)
-        return v if type(v) is str else ""
+def _selector(span: dict[str, Any], key: str) -> str:
+    """A span attribute that selects a kind or a rule: its string value, "" if absent or not a string."""
+    v = span.get(key)
+    return v if type(v) is str else ""
 
 
 def _unquote(raw: str) -> str:
@@ -200,21 +116,44 @@ def _metadata_kind(raw: str) -> str | None:
     return kind if kind in ("tool", "llm", "system", "ignore") else None
 
 
-class _CompiledRule:
-    __slots__ = ("match", "span_name", "rule")
+def _plan(kind: str, rule: MappingRule | None, group_by_session: bool) -> Plan:
+    """The reads of one step, in SPEC §3 order; a read with no keys yields None.
 
-    def __init__(self, rule: MappingRule) -> None:
+    Order matters only for the order of mapping errors; every read here happens for every step of
+    this kind (the node of a system step is read lazily, in :meth:`Mapper._node`).
+    """
+    if rule is not None and rule.name_attribute:
+        name: tuple[str, ...] = (rule.name_attribute,)
+    else:
+        name = _TOOL_NAME_KEYS if kind == "tool" else ()
+    session = (((rule.session_attribute,) if rule is not None and rule.session_attribute else ()) + _SESSION_KEYS
+               if group_by_session else ())
+    args = ((rule.args_attribute,) if rule is not None and rule.args_attribute else ()) + _ARGS_KEYS + (
+        ("gen_ai.prompt",) if kind == "tool" else ())
+    output = ((rule.output_attribute,) if rule is not None and rule.output_attribute else ()) + _OUTPUT_KEYS
+    return ((STRING, name, "name"), (STRING, session, "session"), (STRING, _AGENT_KEYS, "agent"),
+            (STRING, _MODEL_KEYS, "model"), (STRING, ("gen_ai.operation.name",), "intent"),
+            (STRING, ("otelloop.intent",), "intent"), (TEXT, args, "args"), (TEXT, output, "output"),
+            (STRING, ("error.type",), "error"), (COUNT, _INPUT_TOKEN_KEYS, "input_tokens"),
+            (COUNT, _OUTPUT_TOKEN_KEYS, "output_tokens"), (AMOUNT, _COST_KEYS, "cost"))
+
+
+class _CompiledRule:
+    __slots__ = ("match", "span_name", "rule", "plans")
+
+    def __init__(self, rule: MappingRule, group_by_session: bool) -> None:
         self.rule = rule
         self.match = tuple(rule.match.items())
         self.span_name = re.compile(rule.span_name) if rule.span_name else None
+        self.plans = {kind: _plan(kind, rule, group_by_session) for kind in ("tool", "llm", "system")}
 
-    def matches(self, name: str, attrs: _Attrs) -> bool:
+    def matches(self, name: str, span: dict[str, Any]) -> bool:
         if self.span_name is not None and not self.span_name.search(name):
             return False
         for key, want in self.match:
-            if key not in attrs.span:
+            if key not in span:
                 return False
-            if want != "*" and attrs.kind_value(key) != want:
+            if want != "*" and _selector(span, key) != want:
                 return False
         return True
 
@@ -227,9 +166,10 @@ class Mapper:
     """
 
     def __init__(self, config: Config) -> None:
-        self.group_by_session = config.state.group_by == "session"
+        group_by_session = config.state.group_by == "session"
         self.pricing = {m: (p.input_per_mtok, p.output_per_mtok) for m, p in config.pricing.items()}
-        self.rules = [_CompiledRule(r) for r in config.mapping.rules]
+        self.rules = [_CompiledRule(r, group_by_session) for r in config.mapping.rules]
+        self.plans = {kind: _plan(kind, None, group_by_session) for kind in ("tool", "llm", "system")}
         self.keys = SPAN_KEYS | {k for r in config.mapping.rules for k in r.match} | {
             k for r in config.mapping.rules
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
@@ -239,73 +179,56 @@ class Mapper:
 
     def map_span(self, info: SpanInfo, resource: Resource, errors: list[str]) -> Step | None:
         """The step a span stands for, or None when it is not an agent step (SPEC §3)."""
-        span_attrs, res_attrs = info[8], resource[0]
-        if span_attrs is None:
-            if res_attrs is None:
+        span, res = info[8], resource[0]
+        if span is None:
+            if res is None:
                 return None
-            span_attrs = _EMPTY
-        a = _Attrs(span_attrs, res_attrs or _EMPTY, errors)
-        rule = next((r.rule for r in self.rules if r.matches(info[1], a)), None) if self.rules else None
-        kind = rule.kind if rule is not None else self._kind(a)
+            span = _EMPTY
+        rule = next((r for r in self.rules if r.matches(info[1], span)), None) if self.rules else None
+        if rule is not None:
+            kind: str | None = rule.rule.kind
+            plans = rule.plans
+        else:
+            kind = _kind(span)
+            plans = self.plans
         if kind is None or kind == "ignore":
             return None
-        return self._build(info, a, kind, rule, resource[1])
+        return self._build(info, span, res or _EMPTY, kind, plans[kind], resource[1], errors)
 
-    def _kind(self, a: _Attrs) -> str | None:
-        span = a.span
-        if "otelloop.step.kind" in span:
-            explicit = a.kind_value("otelloop.step.kind")
-            if explicit in ("tool", "llm", "system", "ignore"):
-                return explicit
-        if "logfire.span_type" in span and a.kind_value("logfire.span_type") == "pending_span":
-            return None
-        if "metadata" in span:  # OpenInference carries run/node metadata as one JSON string
-            declared = _metadata_kind(a.kind_value("metadata"))
-            if declared is not None:
-                return declared
-        for key, table in _KIND_SOURCES:
-            if key in span:
-                kind = table.get(a.kind_value(key))
-                if kind is not None:
-                    return kind
-            if key == "openinference.span.kind" and "llm.request.type" in span:
-                return "llm"
-        if any(k in span for k in _TOOL_PRESENCE):
-            return "tool"
-        if any(k in span for k in _MODEL_KEYS[0:1] + _MODEL_KEYS[2:]):
-            return "llm"
-        return None
-
-    def _build(self, info: SpanInfo, a: _Attrs, kind: str, rule: MappingRule | None, service: str) -> Step:
+    def _build(self, info: SpanInfo, span: dict[str, Any], res: dict[str, Any], kind: str, plan: Plan,
+               service: str, errors: list[str]) -> Step:
+        (name, session, agent, model, op, intent, args, output, error_type, tokens_in, tokens_out,
+         cost) = resolve(span, res, plan, errors)
         span_name, trace_hex = info[1], info[2]
-        step = Step(session=trace_hex, kind=kind, name=span_name, service=service,  # type: ignore[arg-type]
-                    start_ns=info[4], end_ns=info[5], trace_id=trace_hex, span_id=info[3])
-        self._identity(step, a, kind, rule, span_name)
+        if name is None:  # a tool's name may be in its span name; a rule's name attribute falls back to it
+            name = span_name.removeprefix("execute_tool ") if plan[0][1] is _TOOL_NAME_KEYS else span_name
+        tokens_in, tokens_out = tokens_in or 0, tokens_out or 0
+        if cost is None and model is not None and self.pricing:
+            price = self.pricing.get(model)
+            if price is not None:
+                cost = (tokens_in * price[0] + tokens_out * price[1]) / 1e6
         # Names repeat across millions of steps and end up in session state: share one string each.
-        step.name, step.agent, step.intent = sys.intern(step.name), sys.intern(step.agent), sys.intern(step.intent)
-        self._io(step, a, kind, rule, info)
-        self._usage(step, a)
-        self._progress(step, a)
+        # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
+        # cost more than the rest of this function.
+        step = Step(session or trace_hex, kind, sys.intern(name), sys.intern(agent or service), service,  # type: ignore[arg-type]
+                    None, model, sys.intern(intent or op or kind), None, None, None, "success", None, tokens_in,
+                    tokens_out, cost or 0.0, info[4], info[5], trace_hex, info[3])
+        if kind == "system":
+            step.node = self._node(span, res, span_name, errors)
+        self._io(step, args, output, error_type, info)
+        if not _PROGRESS_KEYS.isdisjoint(span):
+            for key, read in _PROGRESS_READS:
+                if key in span:
+                    self._progress(step, key, resolve(span, res, read, errors)[0])
         return step
 
-    def _identity(self, step: Step, a: _Attrs, kind: str, rule: MappingRule | None, span_name: str) -> None:
-        if rule is not None and rule.name_attribute:
-            step.name = a.string((rule.name_attribute,), "name") or span_name
-        elif kind == "tool":
-            step.name = a.string(_TOOL_NAME_KEYS, "name") or span_name.removeprefix("execute_tool ")
-        if self.group_by_session:
-            keys = ((rule.session_attribute,) if rule is not None and rule.session_attribute else ()) + _SESSION_KEYS
-            step.session = a.string(keys, "session") or step.session
-        step.agent = a.string(_AGENT_KEYS, "agent") or step.service
-        step.model = a.string(_MODEL_KEYS, "model")
-        op = a.string(("gen_ai.operation.name",), "intent")
-        step.intent = a.string(("otelloop.intent",), "intent") or op or kind
-        if kind == "system":
-            step.node = a.string(_NODE_KEYS, "node") or self._metadata_node(a) \
-                or a.string(("traceloop.entity.name",), "node") or span_name
+    def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
+        return (resolve(span, res, ((STRING, _NODE_KEYS, "node"),), errors)[0] or self._metadata_node(span, res, errors)
+                or resolve(span, res, _ENTITY_NODE, errors)[0] or span_name)
 
-    def _metadata_node(self, a: _Attrs) -> str | None:
-        raw = a.string(("metadata",), "node")
+    @staticmethod
+    def _metadata_node(span: dict[str, Any], res: dict[str, Any], errors: list[str]) -> str | None:
+        raw = resolve(span, res, _METADATA_NODE, errors)[0]
         if not raw or "langgraph_node" not in raw:
             return None
         try:
@@ -314,35 +237,31 @@ class Mapper:
             return None
         return node if isinstance(node, str) and node else None
 
-    def _io(self, step: Step, a: _Attrs, kind: str, rule: MappingRule | None, info: SpanInfo) -> None:
-        args_keys = _ARGS_KEYS + (("gen_ai.prompt",) if kind == "tool" else ())
-        out_keys = _OUTPUT_KEYS
-        if rule is not None:
-            args_keys = ((rule.args_attribute,) if rule.args_attribute else ()) + args_keys
-            out_keys = ((rule.output_attribute,) if rule.output_attribute else ()) + out_keys
-        args = a.text(args_keys, "args")
+    def _io(self, step: Step, args: Any, output: Any, error_type: str | None, info: SpanInfo) -> None:
         parsed = None
         raw_args = ""
         if args is not None:
-            if type(args[1]) is str:
-                raw_args = args[1]
+            if type(args) is list or type(args) is dict:
+                args = _to_json(args)
+            if type(args) is str:
+                raw_args = args
                 step.args_hash, step.args_text, parsed = self.canonical.args(raw_args)
             else:  # too long to parse: identified by its bytes, no file/command facts
-                step.args_hash, step.args_text = self.canonical.oversized(args[1])
-        output = a.text(out_keys, "output")
+                step.args_hash, step.args_text = self.canonical.oversized(args)
         empty = True
         if output is not None:
-            if type(output[1]) is str:
-                step.output_hash, empty = self.canonical.output(output[1])
+            if type(output) is list or type(output) is dict:
+                output = _to_json(output)
+            if type(output) is str:
+                step.output_hash, empty = self.canonical.output(output)
             else:
-                step.output_hash, empty = self.canonical.oversized(output[1])[0], False
-        error_type = a.string(("error.type",), "error")
+                step.output_hash, empty = self.canonical.oversized(output)[0], False
         if info[6] == _STATUS_ERROR or error_type:
             step.outcome = "error"
             step.error_signature = _error_signature(info, error_type)
         elif empty:
             step.outcome = "empty"
-        if kind == "tool":
+        if step.kind == "tool":
             self._tool_details(step, raw_args, parsed)
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
@@ -368,26 +287,42 @@ class Mapper:
         return (info.tool_class, info.file_path, info.command, content,
                 hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
 
-    def _usage(self, step: Step, a: _Attrs) -> None:
-        step.input_tokens = a.count(_INPUT_TOKEN_KEYS, "input_tokens") or 0
-        step.output_tokens = a.count(_OUTPUT_TOKEN_KEYS, "output_tokens") or 0
-        cost = a.amount(_COST_KEYS, "cost")
-        if cost is None and step.model is not None and self.pricing:
-            price = self.pricing.get(step.model)
-            if price is not None:
-                cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
-        step.cost_usd = cost or 0.0
+    @staticmethod
+    def _progress(step: Step, key: str, value: Any) -> None:
+        if key == "otelloop.progress.diff_hash":
+            step.diff_hash = value
+        elif key == "otelloop.progress.failing_tests":
+            step.failing_tests = value
+        elif key == "otelloop.progress.failure_signature":
+            step.failure_signature = value
+        else:
+            step.state_hash = value
 
-    def _progress(self, step: Step, a: _Attrs) -> None:
-        present = a.span
-        if "otelloop.progress.diff_hash" in present:
-            step.diff_hash = a.string(("otelloop.progress.diff_hash",), "progress")
-        if "otelloop.progress.failing_tests" in present:
-            step.failing_tests = a.count(("otelloop.progress.failing_tests",), "progress")
-        if "otelloop.progress.failure_signature" in present:
-            step.failure_signature = a.string(("otelloop.progress.failure_signature",), "progress")
-        if "otelloop.state_hash" in present:
-            step.state_hash = a.string(("otelloop.state_hash",), "progress")
+
+def _kind(span: dict[str, Any]) -> str | None:
+    """The step kind a span's attributes declare (SPEC §3 order), or None when it is not a step."""
+    if "otelloop.step.kind" in span:
+        explicit = _selector(span, "otelloop.step.kind")
+        if explicit in ("tool", "llm", "system", "ignore"):
+            return explicit
+    if "logfire.span_type" in span and _selector(span, "logfire.span_type") == "pending_span":
+        return None
+    if "metadata" in span:  # OpenInference carries run/node metadata as one JSON string
+        declared = _metadata_kind(_selector(span, "metadata"))
+        if declared is not None:
+            return declared
+    for key, table in _KIND_SOURCES:
+        if key in span:
+            kind = table.get(_selector(span, key))
+            if kind is not None:
+                return kind
+        if key == "openinference.span.kind" and "llm.request.type" in span:
+            return "llm"
+    if any(k in span for k in _TOOL_PRESENCE):
+        return "tool"
+    if any(k in span for k in _MODEL_KEYS[0:1] + _MODEL_KEYS[2:]):
+        return "llm"
+    return None
 
 
 MappingErrorSink = Callable[[str], None]
