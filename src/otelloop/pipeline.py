@@ -8,6 +8,7 @@ and ``analyze`` both use it, so the same input gives the same findings live and 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -131,12 +132,17 @@ class Pipeline:
         detecting = bool(self.engine.detectors)
         for group in _by_session(decoded.steps):
             session = self.store.touch(group[0][1].session)
-            for pos, step, info in group:
-                _account(session, step)
+            _account(session, group)
+            for _, step, _ in group:
                 usage.add(step)
-                if not detecting:  # only the verdict to add, which no step of this request can change
-                    extras[pos] = wire.encode_span_attributes({"otelloop.verdict": session.verdict})
-                    continue
+            if not detecting:  # only the verdict to add, which no step of this request can change
+                session.agent = next((s.agent for _, s, _ in reversed(group) if s.agent), session.agent)
+                verdict = _verdict_attribute(session.verdict)
+                for pos, _, _ in group:
+                    extras[pos] = verdict
+                continue
+            for pos, step, info in group:
+                session.agent = step.agent or session.agent
                 ctx = self.engine.observe(session, step)
                 usage.add_findings(step, ctx)
                 _remember_scores(session, ctx)
@@ -203,18 +209,25 @@ def _by_session(steps: list[tuple[Position, Step, SpanInfo]]) -> Iterable[list[t
     return groups.values()
 
 
-def _account(session: Session, step: Step) -> None:
-    """Fold a step into its session's totals (before detectors see it)."""
+def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]]) -> None:
+    """Fold a session's steps of one request into its totals (before detectors see them); the agent
+    is updated step by step by the caller, since detectors see the agent current at each step."""
     if session.steps == 0:
-        session.first_start_ns = step.start_ns
-    session.steps += 1
-    session.agent = step.agent or session.agent
-    session.service = step.service or session.service
-    if step.end_ns > session.last_end_ns:
-        session.last_end_ns = step.end_ns
-    session.cost_usd += step.cost_usd
-    session.input_tokens += step.input_tokens
-    session.output_tokens += step.output_tokens
+        session.first_start_ns = group[0][1].start_ns
+    session.steps += len(group)
+    cost, tokens_in, tokens_out, last_end = 0.0, 0, 0, session.last_end_ns
+    for _, step, _ in group:
+        cost += step.cost_usd
+        tokens_in += step.input_tokens
+        tokens_out += step.output_tokens
+        if step.end_ns > last_end:
+            last_end = step.end_ns
+    last = group[-1][1]
+    session.service = last.service or session.service
+    session.cost_usd += cost
+    session.input_tokens += tokens_in
+    session.output_tokens += tokens_out
+    session.last_end_ns = last_end
 
 
 def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
@@ -223,6 +236,11 @@ def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, Attr
     spans = scan.span_bytes(data)
     replaced = {pos: wire.replace_span_attributes(spans[pos], repl) for pos, repl in replacements.items()}
     return scan.rewrite(data, replaced, extras)
+
+
+@functools.cache
+def _verdict_attribute(verdict: str) -> bytes:
+    return wire.encode_span_attributes({"otelloop.verdict": verdict})
 
 
 def _remember_scores(session: Session, ctx: StepContext) -> None:
