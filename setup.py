@@ -1,7 +1,7 @@
 """Builds otelloop's optional native reader (``otelloop._scan``); everything else is in pyproject.toml.
 
 The extension is optional: where no C compiler is available the install still succeeds and otelloop
-uses the pure-Python reader, which gives the same results more slowly (``otelloop version`` says which).
+uses the pure-Python reader, which gives the same results more slowly (``otelloop --version`` says which).
 """
 
 from setuptools import Extension, setup

@@ -319,3 +319,10 @@ def test_pipeline_steps_are_the_same_on_both_readers(path: Path) -> None:
     got, want = native.decode(data), python.decode(data)
     assert got.steps == want.steps and got.mapping_errors == want.mapping_errors and got.spans == want.spans
     assert native.process(got).data == python.process(want).data
+
+
+def test_version_names_the_reader_in_use() -> None:
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "otelloop", "--version"], capture_output=True, text=True, check=True)
+    assert "(native request reader)" in out.stdout

@@ -13,6 +13,7 @@ import yaml
 from otelloop import __version__
 from otelloop.config import ConfigError, effective_config, load_config
 from otelloop.model import VERDICT_RANK
+from otelloop.otlp import scan
 
 
 def _load(path: str | None, overrides: dict[str, Any]):  # type: ignore[no-untyped-def]
@@ -25,7 +26,8 @@ def _load(path: str | None, overrides: dict[str, Any]):  # type: ignore[no-untyp
 
 
 @click.group()
-@click.version_option(__version__, prog_name="otelloop")
+@click.version_option(__version__, prog_name="otelloop", message=(
+    f"%(prog)s %(version)s ({'native' if scan.NATIVE else 'pure-Python'} request reader)"))
 def main() -> None:
     """otelloop: tells when AI agents are stuck in loops, from their OpenTelemetry spans."""
 
