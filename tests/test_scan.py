@@ -21,6 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from spans import any_value, parse, request, span, tool_span
 
 from otelloop.config import build_config
+from otelloop.mapping import reads
 from otelloop.mapping.mapper import SPAN_KEYS
 from otelloop.otlp import scan, wire
 from otelloop.pipeline import Pipeline
@@ -326,3 +327,32 @@ def test_version_names_the_reader_in_use() -> None:
     import sys
     out = subprocess.run([sys.executable, "-m", "otelloop", "--version"], capture_output=True, text=True, check=True)
     assert "(native request reader)" in out.stdout
+
+
+# -- typed reads ---------------------------------------------------------------------------------
+
+read_values = st.one_of(st.none(), st.text(max_size=4), st.booleans(), st.integers(-3, 3),
+                        st.sampled_from([0.0, 2.0, 2.5, -1.0, float("nan"), float("inf")]), st.binary(max_size=2),
+                        st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.text(max_size=2), st.none(), max_size=1),
+                        st.builds(scan.Oversized, st.sampled_from(["string", "bytes", "array", "kvlist"]),
+                                  st.builds(memoryview, st.binary(max_size=3))))
+read_keys = st.sampled_from(["a", "b", "c"])
+attr_dicts = st.dictionaries(read_keys, read_values, max_size=3)
+plans = st.lists(st.tuples(st.sampled_from([reads.STRING, reads.TEXT, reads.COUNT, reads.AMOUNT]),
+                           st.lists(read_keys, max_size=3).map(tuple), st.sampled_from(["f1", "f2"])),
+                 max_size=4).map(tuple)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+@settings(max_examples=500, deadline=None)
+@given(attr_dicts, attr_dicts, plans)
+def test_native_typed_reads_match_the_python_ones(span_attrs: dict, res_attrs: dict, plan: tuple) -> None:
+    native_errors: list[str] = []
+    python_errors: list[str] = []
+    got = scan._native.resolve(span_attrs, res_attrs, plan, native_errors)
+    want = reads.resolve_python(span_attrs, res_attrs, plan, python_errors)
+    assert len(got) == len(want) and all(_same(g, w) and type(g) is type(w) for g, w in zip(got, want))
+    assert native_errors == python_errors

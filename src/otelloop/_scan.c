@@ -448,7 +448,26 @@ static PyObject *kv_value(Scanner *sc, Cur c) {
     return st.value ? st.value : Py_NewRef(Py_None);
 }
 
-static int kv_key(Cur c, Cur *key);
+/* The last length-delimited occurrence of field in a message (protobuf: the last one wins), without
+ * creating objects; out->p is NULL when there is none. Returns 0 when the message is malformed. */
+static int last_field(Cur c, uint32_t field, Cur *out) {
+    uint32_t f;
+    int wt;
+    out->p = out->end = NULL;
+    while (next_field(&c, &f, &wt)) {
+        if (f == field && wt == WT_LEN) {
+            if (!rd_len(&c, out)) return 0;
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* KeyValue.key and KeyValue.value. */
+static inline int kv_key(Cur c, Cur *key) { return last_field(c, 1, key); }
+static inline int kv_last_value(Cur c, Cur *value) { return last_field(c, 2, value); }
+
 
 /* KeyValue → (key, value). Returns 0 with an exception set. */
 static int key_value(Scanner *sc, Cur c, PyObject **key, PyObject **value) {
@@ -556,22 +575,6 @@ static int any_merge(Scanner *sc, AnyState *st, Cur c) {
     return 1;
 }
 
-/* The last key of a KeyValue, without creating objects. */
-static int kv_key(Cur c, Cur *key) {
-    uint32_t f;
-    int wt;
-    key->p = key->end = NULL;
-    while (next_field(&c, &f, &wt)) {
-        if (f == 1 && wt == WT_LEN) {
-            if (!rd_len(&c, key)) return 0;
-        } else if (!skip(&c, f, wt)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Adds a KeyValue to *dict (created on first use) when its key is wanted. */
 /* An oversized value's kind and raw bytes (a memoryview into the request, never a copy): the string's
  * UTF-8 bytes, the bytes value, or the ArrayValue / KeyValueList message. NULL with no exception set when
  * the value's last member is a scalar (then it is read normally). */
@@ -599,21 +602,7 @@ static PyObject *oversized(Scanner *sc, Cur any) {
     return out;
 }
 
-/* The payload of the last value occurrence of a KeyValue. */
-static int kv_last_value(Cur c, Cur *value) {
-    uint32_t f;
-    int wt;
-    value->p = value->end = NULL;
-    while (next_field(&c, &f, &wt)) {
-        if (f == 2 && wt == WT_LEN) {
-            if (!rd_len(&c, value)) return 0;
-        } else if (!skip(&c, f, wt)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
+/* Adds a KeyValue to *dict (created on first use) when its key is wanted. */
 static int collect_attr(Scanner *sc, Cur kv, PyObject **dict) {
     Cur key, last;
     if (!kv_key(kv, &key)) return 0;
@@ -674,14 +663,8 @@ static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **servic
 static int read_event(Scanner *sc, Cur c, PyObject **exc) {
     uint32_t f;
     int wt;
-    Cur name = {NULL, NULL}, walk = c, sub;
-    while (next_field(&walk, &f, &wt)) {
-        if (f == 2 && wt == WT_LEN) {
-            if (!rd_len(&walk, &name)) return 0;
-        } else if (!skip(&walk, f, wt)) {
-            return 0;
-        }
-    }
+    Cur name, sub;
+    if (!last_field(c, 2, &name)) return 0; /* Span.Event.name */
     if (!key_is(name, "exception")) return 1;
     PyObject *type = PyUnicode_FromStringAndSize("", 0), *message = Py_NewRef(type);
     while (type != NULL && message != NULL && next_field(&c, &f, &wt)) {
@@ -713,8 +696,10 @@ typedef struct {
 } SpanFields;
 
 /* One span → (resource index, name, trace id hex, span id hex, start, end, status code, status message,
- * attributes or None, (exception type, message) or None). */
-static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, PyObject **last_trace, Cur *last_trace_bytes) {
+ * attributes or None, (exception type, message) or None), or None when neither the span nor its resource
+ * carries a wanted key. */
+static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted, PyObject **last_trace,
+                           Cur *last_trace_bytes) {
     SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL, NULL};
     uint32_t f;
     int wt;
@@ -757,6 +742,11 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, PyObject **last_tra
         } else if (!skip(&c, f, wt)) {
             goto done;
         }
+    }
+    if (s.attrs == NULL && !resource_wanted) {
+        /* Not an agent step: nothing the mapper reads. Counted, not materialised. */
+        out = Py_NewRef(Py_None);
+        goto done;
     }
     PyObject *trace;
     Py_ssize_t tn = s.trace_id.end - s.trace_id.p;
@@ -809,17 +799,6 @@ static PyObject *raise_invalid(Check *k) {
 
 static int get_buffer(PyObject *obj, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
-}
-
-static PyObject *validate_request(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    if (get_buffer(arg, &buf) < 0) return NULL;
-    Check k = {NULL, NULL};
-    Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
-    int ok = validate(&k, &S_REQUEST, c, 0);
-    PyBuffer_Release(&buf);
-    if (!ok) return raise_invalid(&k);
-    Py_RETURN_NONE;
 }
 
 /* Scanner.scan(data) -> (resources, spans); see the module docstring of otelloop.otlp.scan. */
@@ -890,13 +869,8 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
                     continue;
                 }
                 if (!rd_len(&ss, &span)) goto malformed;
-                PyObject *item = read_span(sc, span, r, &last_trace, &last_trace_bytes);
+                PyObject *item = read_span(sc, span, r, resource_wanted, &last_trace, &last_trace_bytes);
                 if (item == NULL) goto malformed;
-                if (!resource_wanted && PyTuple_GET_ITEM(item, 8) == Py_None) {
-                    /* Not an agent step: nothing the mapper reads. Counted, not materialised. */
-                    Py_DECREF(item);
-                    item = Py_NewRef(Py_None);
-                }
                 int rc = PyList_Append(spans, item);
                 Py_DECREF(item);
                 if (rc < 0) goto done;
@@ -1322,8 +1296,6 @@ static PyObject *resolve(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyMethodDef module_methods[] = {
     {"resolve", (PyCFunction)(void (*)(void))resolve, METH_FASTCALL,
      "resolve(span, res, plan, errors) -> tuple: typed reads of attribute values (see otelloop.mapping.reads)."},
-    {"validate", validate_request, METH_O,
-     "validate(data): raise ValueError unless data is a well-formed ExportTraceServiceRequest."},
     {"splice", splice, METH_VARARGS,
      "splice(data, extras) -> bytes: append extras[i] (bytes or None) to the i-th span."},
     {"span_bytes", span_bytes, METH_O, "span_bytes(data) -> list of each span's serialised bytes."},

@@ -133,16 +133,14 @@ class Pipeline:
         for group in _by_session(decoded.steps):
             session = self.store.touch(group[0][1].session)
             _account(session, group)
-            for _, step, _ in group:
-                usage.add(step)
-            if not detecting:  # only the verdict to add, which no step of this request can change
-                session.agent = next((s.agent for _, s, _ in reversed(group) if s.agent), session.agent)
-                verdict = _verdict_attribute(session.verdict)
-                for pos, _, _ in group:
-                    extras[pos] = verdict
-                continue
+            # With no detector enabled only the verdict is added, which no step of this request can change.
+            verdict = None if detecting else _verdict_attribute(session.verdict)
             for pos, step, info in group:
+                usage.add(step)
                 session.agent = step.agent or session.agent
+                if verdict is not None:
+                    extras[pos] = verdict
+                    continue
                 ctx = self.engine.observe(session, step)
                 usage.add_findings(step, ctx)
                 _remember_scores(session, ctx)

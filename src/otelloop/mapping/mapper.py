@@ -68,10 +68,12 @@ _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
 _EMPTY: dict[str, Any] = {}
-_PROGRESS_READS: tuple[tuple[str, Plan], ...] = tuple(
-    (key, ((COUNT if key == "otelloop.progress.failing_tests" else STRING, (key,), "progress"),))
-    for key in _PROGRESS)
+#: (attribute, Step field it fills, its read); read only when the span itself carries the attribute.
+_PROGRESS_READS: tuple[tuple[str, str, Plan], ...] = tuple(
+    (key, field, ((COUNT if field == "failing_tests" else STRING, (key,), "progress"),))
+    for key, field in zip(_PROGRESS, ("diff_hash", "failing_tests", "failure_signature", "state_hash")))
 _PROGRESS_KEYS = frozenset(_PROGRESS)
+_NODE: Plan = ((STRING, _NODE_KEYS, "node"),)
 _METADATA_NODE: Plan = ((STRING, ("metadata",), "node"),)
 _ENTITY_NODE: Plan = ((STRING, ("traceloop.entity.name",), "node"),)
 
@@ -217,13 +219,13 @@ class Mapper:
             step.node = self._node(span, res, span_name, errors)
         self._io(step, args, output, error_type, info)
         if not _PROGRESS_KEYS.isdisjoint(span):
-            for key, read in _PROGRESS_READS:
+            for key, field, read in _PROGRESS_READS:
                 if key in span:
-                    self._progress(step, key, resolve(span, res, read, errors)[0])
+                    setattr(step, field, resolve(span, res, read, errors)[0])
         return step
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
-        return (resolve(span, res, ((STRING, _NODE_KEYS, "node"),), errors)[0] or self._metadata_node(span, res, errors)
+        return (resolve(span, res, _NODE, errors)[0] or self._metadata_node(span, res, errors)
                 or resolve(span, res, _ENTITY_NODE, errors)[0] or span_name)
 
     @staticmethod
@@ -286,17 +288,6 @@ class Mapper:
         edited = info.edit_old is not None or info.edit_new is not None
         return (info.tool_class, info.file_path, info.command, content,
                 hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
-
-    @staticmethod
-    def _progress(step: Step, key: str, value: Any) -> None:
-        if key == "otelloop.progress.diff_hash":
-            step.diff_hash = value
-        elif key == "otelloop.progress.failing_tests":
-            step.failing_tests = value
-        elif key == "otelloop.progress.failure_signature":
-            step.failure_signature = value
-        else:
-            step.state_hash = value
 
 
 def _kind(span: dict[str, Any]) -> str | None:

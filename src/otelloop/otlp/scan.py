@@ -98,9 +98,6 @@ def splice(data: bytes, extras: list[bytes | None]) -> bytes:
     """
     if NATIVE:
         return _native.splice(data, extras)
-    spans = sum(len(ss.spans) for rs in wire.RawRequest.FromString(data).resource_spans for ss in rs.scope_spans)
-    if spans != len(extras):
-        raise ValueError(f"request has {spans} spans, {len(extras)} extras given")
     return rewrite(data, {}, extras)
 
 
@@ -110,16 +107,18 @@ def rewrite(data: bytes, replaced: dict[int, bytes], extras: list[bytes | None] 
     The slow path (one protobuf parse and serialisation), for the rare span whose own attributes change.
     """
     raw = wire.RawRequest.FromString(data)
+    groups = [ss.spans for rs in raw.resource_spans for ss in rs.scope_spans]
+    total = sum(len(spans) for spans in groups)
+    if extras is not None and len(extras) != total:
+        raise ValueError(f"request has {total} spans, {len(extras)} extras given")
     i = 0
-    for rs in raw.resource_spans:
-        for ss in rs.scope_spans:
-            spans = ss.spans
-            for k in range(len(spans)):
-                new = replaced.get(i)
-                extra = extras[i] if extras is not None else None
-                if new is not None or extra:
-                    spans[k] = (new if new is not None else spans[k]) + (extra or b"")
-                i += 1
+    for spans in groups:
+        for k in range(len(spans)):
+            new = replaced.get(i)
+            extra = extras[i] if extras is not None else None
+            if new is not None or extra:
+                spans[k] = (new if new is not None else spans[k]) + (extra or b"")
+            i += 1
     return raw.SerializeToString()
 
 
@@ -132,7 +131,7 @@ def span_bytes(data: bytes) -> list[bytes]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The pure-Python reader: same results through the protobuf runtime
+# The pure-Python reader: same results through the generated protobuf classes
 
 
 def _scan_python(data: bytes, keys: frozenset[str], limit: int) -> Scanned:
