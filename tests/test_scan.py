@@ -22,7 +22,7 @@ from spans import any_value, parse, request, span, tool_span
 
 from otelloop.config import build_config
 from otelloop.mapping import reads
-from otelloop.mapping.mapper import SPAN_KEYS
+from otelloop.mapping.mapper import SPAN_KEYS, Mapper
 from otelloop.otlp import scan, wire
 from otelloop.pipeline import Pipeline
 
@@ -36,8 +36,13 @@ def test_the_native_reader_is_built() -> None:
     assert scan.NATIVE
 
 
-def readers(limit: int = 65536) -> tuple[scan.Scanner, scan.Scanner]:
-    return scan.Scanner(KEYS, limit, native=True), scan.Scanner(KEYS, limit, native=False)
+#: The mapper's program on the default configuration, as ``otelloop serve`` runs it.
+PROGRAM = Mapper(build_config({}, env={})).program(frozenset({"cognition.entropy_score"}))
+
+
+def readers(limit: int = 65536, program: Any = None) -> tuple[scan.Scanner, scan.Scanner]:
+    return (scan.Scanner(KEYS, limit, native=True, program=program),
+            scan.Scanner(KEYS, limit, native=False, program=program))
 
 
 def outcome(reader: scan.Scanner, data: bytes) -> Any:
@@ -47,11 +52,27 @@ def outcome(reader: scan.Scanner, data: bytes) -> Any:
         return "refused"
 
 
+def _nan_free(x: Any) -> Any:
+    """``x`` with NaNs replaced by a marker, so that equal readings compare equal."""
+    if isinstance(x, float) and x != x:
+        return "<nan>"
+    if isinstance(x, (list, tuple)) and not isinstance(x, scan.Oversized):
+        return type(x)(_nan_free(v) for v in x) if isinstance(x, list) else tuple(_nan_free(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _nan_free(v) for k, v in x.items()}
+    return x
+
+
 def assert_same(data: bytes, limit: int = 65536) -> Any:
-    native, python = readers(limit)
-    got, want = outcome(native, data), outcome(python, data)
-    assert got == want
-    return got
+    """Both readers agree, with and without the mapper's program; returns the result without it."""
+    results = []
+    for program in (None, PROGRAM):
+        native, python = readers(limit, program)
+        got, want = outcome(native, data), outcome(python, data)
+        assert _nan_free(got) == _nan_free(want)
+        results.append(got)
+    assert (results[0] == "refused") == (results[1] == "refused")
+    return results[0]
 
 
 def _field(number: int, payload: bytes, wire_type: int = 2) -> bytes:
@@ -73,7 +94,7 @@ def _kv(key: bytes, *values: bytes) -> bytes:
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
 def test_recorded_requests_read_the_same(path: Path) -> None:
-    resources, spans = assert_same(path.read_bytes())
+    resources, spans, _ = assert_same(path.read_bytes())
     assert any(s is not None for s in spans)
 
 
@@ -87,9 +108,10 @@ def test_values_of_every_type() -> None:
         KeyValue(key="exception.type", value=any_value("ValueError")),
         KeyValue(key="exception.message", value=any_value(7))])]
     data = request(span("s", attrs, error="boom", events=events), resource={"session.id": "r1"})
-    resources, spans = assert_same(data)
+    resources, spans, _ = assert_same(data)
     assert resources == [({"session.id": "r1"}, "agent-svc")]
-    (r, name, trace, span_id, start, end, code, message, got, exc), = spans
+    (r, name, trace, span_id, start, end, code, message, got, exc, kind, reads), = spans
+    assert kind is None and reads is None  # no program: the mapper decides
     assert (r, name, code, message, exc) == (0, "s", 2, "boom", ("ValueError", ""))
     assert len(trace) == 32 and len(span_id) == 16 and end > start
     assert got == {"k": "v", "n": 3, "gen_ai.usage.cost": 1.5, "a": True, "b": b"\x00\xff",
@@ -99,7 +121,7 @@ def test_values_of_every_type() -> None:
 
 def test_spans_that_cannot_be_steps_are_counted_not_read() -> None:
     data = request(span("plain", {"http.method": "GET"}), span("step", {"gen_ai.operation.name": "chat"}))
-    resources, spans = assert_same(data)
+    resources, spans, _ = assert_same(data)
     assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1][1] == "step"
 
 
@@ -110,7 +132,7 @@ def test_several_resources_and_scopes_keep_their_order() -> None:
         out.resource.attributes.add(key="service.name", value=any_value(service))
         return out
     data = ExportTraceServiceRequest(resource_spans=[rs("one", "a", "b", "c"), rs("two", "d")]).SerializeToString()
-    resources, spans = assert_same(data)
+    resources, spans, _ = assert_same(data)
     assert [s for _, s in resources] == ["one", "two"]
     assert [(s[0], s[1]) for s in spans] == [(0, "a"), (0, "b"), (0, "c"), (1, "d")]
 
@@ -118,7 +140,7 @@ def test_several_resources_and_scopes_keep_their_order() -> None:
 def test_long_values_are_left_in_the_request() -> None:
     big = "é" * 40
     data = request(tool_span(args=big, result=["x" * 70]), span("b", {"b": b"\x01" * 80, "k": "short"}))
-    _, spans = assert_same(data, limit=64)
+    _, spans, _ = assert_same(data, limit=64)
     args = spans[0][8]["gen_ai.tool.call.arguments"]
     assert isinstance(args, scan.Oversized) and args.kind == "string" and bytes(args.raw) == big.encode()
     assert spans[0][8]["gen_ai.tool.call.result"].kind == "array"
@@ -316,7 +338,7 @@ def test_splice_matches_the_protobuf_rebuild(layout: list[list[bool]], rnd: rand
 def test_pipeline_steps_are_the_same_on_both_readers(path: Path) -> None:
     data = path.read_bytes()
     native, python = Pipeline(build_config({}, env={})), Pipeline(build_config({}, env={}))
-    python.scanner = scan.Scanner(python.scanner.keys, native=False)
+    python.scanner = scan.Scanner(python.scanner.keys, native=False, program=python.scanner.program)
     got, want = native.decode(data), python.decode(data)
     assert got.steps == want.steps and got.mapping_errors == want.mapping_errors and got.spans == want.spans
     assert native.process(got).data == python.process(want).data
@@ -356,3 +378,124 @@ def test_native_typed_reads_match_the_python_ones(span_attrs: dict, res_attrs: d
     want = reads.resolve_python(span_attrs, res_attrs, plan, python_errors)
     assert len(got) == len(want) and all(_same(g, w) and type(g) is type(w) for g, w in zip(got, want))
     assert native_errors == python_errors
+
+
+# -- the mapper's program, run by the reader -------------------------------------------------------
+
+KIND_KEYS = ["gen_ai.operation.name", "openinference.span.kind", "llm.request.type", "traceloop.span.kind",
+             "langsmith.span.kind", "langfuse.observation.type", "gen_ai.tool.name", "gen_ai.tool.call.id",
+             "gen_ai.request.model", "llm.model_name"]
+READ_KEYS = ["gen_ai.conversation.id", "session.id", "gen_ai.agent.name", "graph.node.id", "traceloop.entity.name",
+             "gen_ai.tool.call.arguments", "input.value", "gen_ai.tool.call.result", "output.value",
+             "gen_ai.usage.input_tokens", "llm.token_count.completion", "gen_ai.usage.cost", "error.type",
+             "gen_ai.prompt", "otelloop.intent"]
+SLOW_KEYS = ["otelloop.step.kind", "metadata", "logfire.span_type", "otelloop.progress.failing_tests",
+             "cognition.entropy_score"]
+program_values = st.one_of(
+    st.sampled_from(["chat", "execute_tool", "invoke_agent", "TOOL", "LLM", "CHAIN", "tool", "agent", "generation",
+                     "", "x", "gpt-4o", '{"a": 1}', "[]", "null", "pytest -q", "tool", "llm", "system", "ignore",
+                     "pending_span", '{"langgraph_node": "n", "otelloop.step.kind": "tool"}']),
+    st.integers(-2, 5), st.sampled_from([2.0, 2.5, -1.0, float("nan"), float("inf")]), st.booleans(),
+    st.binary(max_size=2), st.lists(st.sampled_from(["a", 1]), max_size=2), st.none())
+program_attrs = st.lists(st.tuples(st.sampled_from(KIND_KEYS + READ_KEYS + SLOW_KEYS + ["other"]), program_values),
+                         max_size=7)
+
+
+def _attr(key: str, value: Any) -> KeyValue:
+    return KeyValue(key=key, value=AnyValue() if value is None else _any(value))
+
+
+def _program_request(spans: list[list[tuple[str, Any]]], resource: list[tuple[str, Any]]) -> bytes:
+    rs = ResourceSpans(scope_spans=[ScopeSpans(spans=[
+        Span(name=f"execute_tool t{i}" if i % 2 else f"s{i}", trace_id=b"\x01" * 16, span_id=bytes([i + 1]) * 8,
+             start_time_unix_nano=10 + i, end_time_unix_nano=20 + i, attributes=[_attr(k, v) for k, v in attrs])
+        for i, attrs in enumerate(spans)])])
+    rs.resource.attributes.extend([_attr(k, v) for k, v in resource])
+    return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+
+
+def _pipelines() -> tuple[Pipeline, Pipeline]:
+    """otelloop's pipeline, and the same with the mapper deciding every span itself."""
+    cfg = build_config({}, env={})
+    fast, slow = Pipeline(cfg), Pipeline(cfg)
+    slow.scanner = scan.Scanner(slow.scanner.keys, max_value_bytes=cfg.mapping.max_text_bytes, program=None)
+    assert fast.scanner.program is not None
+    return fast, slow
+
+
+def _assert_maps_like_the_mapper(data: bytes) -> None:
+    fast, slow = _pipelines()
+    got, want = fast.decode(data), slow.decode(data)
+    assert [(pos, step) for pos, step, _ in got.steps] == [(pos, step) for pos, step, _ in want.steps]
+    assert sorted(got.mapping_errors) == sorted(want.mapping_errors)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
+def test_the_program_maps_recorded_spans_as_the_mapper_does(path: Path) -> None:
+    _assert_maps_like_the_mapper(path.read_bytes())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(program_attrs, min_size=1, max_size=4), st.lists(st.tuples(st.sampled_from(READ_KEYS), program_values),
+                                                                  max_size=3))
+def test_the_program_maps_generated_spans_as_the_mapper_does(spans: list, resource: list) -> None:
+    data = _program_request(spans, resource)
+    _assert_maps_like_the_mapper(data)
+    assert_same(data)
+
+
+def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
+    data = request(tool_span(), span("chat", {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -3}),
+                   span("agent", {"gen_ai.operation.name": "invoke_agent", "graph.node.id": "n1"}),
+                   span("explicit", {"otelloop.step.kind": "tool", "gen_ai.tool.name": "t"}),
+                   span("plain", {"http.method": "GET"}), span("unknown op", {"gen_ai.operation.name": "dance"}),
+                   resource={"session.id": "s1", "gen_ai.agent.id": "a1"})  # sessions are traces by default
+    native, python = readers(program=PROGRAM)
+    got = native.scan(data)
+    assert got == python.scan(data)
+    _, spans, errors = got
+    tool, chat, agent, explicit, plain, unknown = spans
+    assert (tool[8], tool[10]) == (None, "tool") and tool[11][:3] == ("search_web", None, "a1")
+    assert (chat[8], chat[10]) == (None, "llm") and chat[11][9] is None and errors == ["input_tokens"]
+    assert agent[10] == "system" and agent[8] == {"gen_ai.operation.name": "invoke_agent", "graph.node.id": "n1"}
+    assert explicit[10] is None and explicit[11] is None and explicit[8]["otelloop.step.kind"] == "tool"
+    assert plain is None and unknown is None
+
+
+@pytest.mark.parametrize("span_bytes,kind", [
+    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat"))) + _field(9, _kv(b"gen_ai.operation.name", _s(b"execute_tool"))),
+     "tool"),
+    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat"), _field(3, b"\x05", 0))), None),  # merged: last is an int
+    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat") + _field(9, b"\x01", 0))), "llm"),  # unknown member ignored
+    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat") + _field(3, b"\x01", 2))), "llm"),  # wrong wire type: unknown
+    (_field(9, _field(2, _s(b"TOOL")) + _field(1, b"openinference.span.kind")), "tool"),  # key after value
+    (_field(9, _kv(b"gen_ai.tool.call.id")), "tool"),  # present without a value
+])
+def test_the_program_reads_kinds_as_protobuf_merges_values(span_bytes: bytes, kind: str | None) -> None:
+    data = _request_of_span(_field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + span_bytes)
+    _, spans, _ = readers(program=PROGRAM)[0].scan(data)
+    assert (spans[0][10] if spans[0] is not None else None) == kind
+    _assert_maps_like_the_mapper(data)
+    assert_same(data)
+
+
+def test_a_scanner_refuses_to_be_reentered() -> None:
+    inner: list[Any] = []
+
+    def oversized(kind: str, raw: memoryview) -> scan.Oversized:
+        try:
+            scanner.scan(data)
+        except RuntimeError as e:
+            inner.append(str(e))
+        return scan.Oversized(kind, raw)
+
+    scanner = scan._native.Scanner(["k"], 4, oversized)
+    data = request(span("s", {"k": "a long value"}))
+    _, spans, _ = scanner.scan(data)
+    assert isinstance(spans[0][8]["k"], scan.Oversized) and "already running" in inner[0]
+    assert scanner.scan(data)[1][0][8]["k"].kind == "string"  # and works again afterwards
+
+
+def test_a_program_naming_a_kind_without_a_plan_is_refused() -> None:
+    with pytest.raises(ValueError, match="no plan"):
+        scan._native.Scanner(["a"], 64, scan.Oversized, (frozenset(), (("a", None, "tool"),), {}, frozenset()))

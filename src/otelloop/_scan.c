@@ -350,7 +350,47 @@ typedef struct {
     Py_ssize_t len;
     const char *utf8;
     PyObject *key; /* the str the caller gave (strong reference) */
+    int id;        /* index of the key's slot */
 } KeyEntry;
+
+/* The last KeyValue of a span carrying a wanted key; valid while gen equals the scanner's. */
+typedef struct {
+    uint32_t gen;
+    Cur kv;
+} Slot;
+
+/* A step-kind rule of the mapper's program: the span carries key_id → present_kind, or its string
+ * value is one of table's → that entry's kind. */
+typedef struct {
+    const char *utf8;
+    Py_ssize_t len;
+    int kind;
+    PyObject *str; /* keeps utf8 alive */
+} KindValue;
+
+typedef struct {
+    int key_id;
+    int present_kind; /* -1: decided by the value */
+    Py_ssize_t nvalues;
+    KindValue *values;
+} KindRule;
+
+/* One typed read: the first usable value of keys (span slots first, then the resource's dict). */
+typedef struct {
+    int op;
+    PyObject *field; /* borrowed from the program, which the scanner holds */
+    PyObject *keys;  /* tuple of str, for the resource's dict */
+    Py_ssize_t nkeys;
+    int *key_ids;    /* -1 for a key the span cannot carry */
+} PlanRead;
+
+typedef struct {
+    Py_ssize_t nreads;
+    PlanRead *reads;
+    int keep_attrs; /* spans of this kind still get their attribute dict */
+} KindPlan;
+
+#define MAX_KINDS 8
 
 #define CACHE_SLOTS 4096
 #define CACHE_MAX_LEN 64
@@ -371,15 +411,36 @@ typedef struct {
     PyObject *data;       /* during scan(): the request object and a memoryview of it (lazily) */
     PyObject *data_view;
     const uint8_t *data_base;
+    int busy;             /* scan() keeps its state here, so it must not be re-entered */
+    PyObject *errors;     /* during scan(): fields of typed reads that met a wrong type */
+    /* Per-span attribute slots, one per wanted key, and the ids set in the current span in order. */
+    Slot *slots;
+    PyObject **id_keys;   /* key str by id (borrowed from keys) */
+    int *set_ids;
+    int nset;
+    uint32_t gen;
+    /* The mapper's program (NULL program: every span goes to the mapper with its attribute dict). */
+    PyObject *program;
+    uint8_t *slow;        /* per key id: a span carrying it is left to the mapper */
+    Py_ssize_t nrules;
+    KindRule *rules;
+    Py_ssize_t nkinds;
+    PyObject *kinds[MAX_KINDS];
+    KindPlan plans[MAX_KINDS];
 } Scanner;
 
-static PyObject *wanted_key(Scanner *sc, const uint8_t *p, Py_ssize_t n) {
+static KeyEntry *wanted_entry(Scanner *sc, const uint8_t *p, Py_ssize_t n) {
     uint64_t h = short_hash(p, n);
     for (Py_ssize_t i = (Py_ssize_t)(h & sc->key_mask);; i = (i + 1) & sc->key_mask) {
         KeyEntry *e = &sc->keys[i];
         if (e->key == NULL) return NULL;
-        if (e->hash == h && e->len == n && memcmp(e->utf8, p, n) == 0) return e->key;
+        if (e->hash == h && e->len == n && memcmp(e->utf8, p, n) == 0) return e;
     }
+}
+
+static inline PyObject *wanted_key(Scanner *sc, const uint8_t *p, Py_ssize_t n) {
+    KeyEntry *e = wanted_entry(sc, p, n);
+    return e ? e->key : NULL;
 }
 
 /* A str for valid UTF-8 bytes; short ones come from (and go into) the cache. New reference. */
@@ -425,6 +486,17 @@ typedef struct {
 } AnyState;
 
 static int any_merge(Scanner *sc, AnyState *st, Cur c);
+
+/* Whether (field, wire type) is a member of AnyValue's oneof; protobuf keeps anything else as an
+ * unknown field, which changes nothing. */
+static inline int any_member(uint32_t f, int wt) {
+    switch (f) {
+    case 2: case 3: case 8: return wt == WT_VARINT;
+    case 4: return wt == WT_I64;
+    case 1: case 5: case 6: case 7: return wt == WT_LEN;
+    default: return 0;
+    }
+}
 
 /* The value of a KeyValue (None when it has none), every occurrence merged. New reference or NULL. */
 static PyObject *kv_value(Scanner *sc, Cur c) {
@@ -591,7 +663,7 @@ static PyObject *oversized(Scanner *sc, Cur any) {
             kind = f == 1 ? "string" : f == 5 ? "array" : f == 6 ? "kvlist" : "bytes";
         } else {
             if (!skip(&any, f, wt)) return NULL;
-            if (f >= 2 && f <= 8) kind = NULL;  /* a scalar member replaced it */
+            if (any_member(f, wt)) kind = NULL;  /* a scalar member replaced it */
         }
     }
     if (kind == NULL) return NULL;
@@ -602,19 +674,24 @@ static PyObject *oversized(Scanner *sc, Cur any) {
     return out;
 }
 
+/* A wanted attribute's value: an Oversized view when its last encoding is longer than max_value (and
+ * is a string, bytes, array or kvlist), else the value with every occurrence merged. New reference. */
+static PyObject *attr_value(Scanner *sc, Cur kv) {
+    Cur last;
+    if (kv_last_value(kv, &last) && last.p != NULL && last.end - last.p > sc->max_value) {
+        PyObject *v = oversized(sc, last);
+        if (v != NULL || PyErr_Occurred()) return v;
+    }
+    return kv_value(sc, kv);
+}
+
 /* Adds a KeyValue to *dict (created on first use) when its key is wanted. */
 static int collect_attr(Scanner *sc, Cur kv, PyObject **dict) {
-    Cur key, last;
+    Cur key;
     if (!kv_key(kv, &key)) return 0;
-    const uint8_t *kp = key.p ? key.p : (const uint8_t *)"";
-    PyObject *wanted = wanted_key(sc, kp, key.end - key.p);
+    PyObject *wanted = wanted_key(sc, key.p ? key.p : (const uint8_t *)"", key.end - key.p);
     if (wanted == NULL) return 1;
-    PyObject *v = NULL;
-    if (kv_last_value(kv, &last) && last.p != NULL && last.end - last.p > sc->max_value) {
-        v = oversized(sc, last);
-        if (v == NULL && PyErr_Occurred()) return 0;
-    }
-    if (v == NULL) v = kv_value(sc, kv);
+    PyObject *v = attr_value(sc, kv);
     if (v == NULL) return 0;
     if (*dict == NULL && !(*dict = PyDict_New())) {
         Py_DECREF(v);
@@ -623,6 +700,93 @@ static int collect_attr(Scanner *sc, Cur kv, PyObject **dict) {
     int rc = PyDict_SetItem(*dict, wanted, v);
     Py_DECREF(v);
     return rc == 0;
+}
+
+/* Span attributes are not materialised while the span is walked: the last KeyValue of each wanted key
+ * is remembered in its slot, and values are created only for what is read. */
+static void new_span(Scanner *sc) {
+    sc->nset = 0;
+    if (++sc->gen == 0) { /* wrapped around: forget every slot */
+        for (Py_ssize_t i = 0; i < sc->nkeys; i++) sc->slots[i].gen = 0;
+        sc->gen = 1;
+    }
+}
+
+static int record_attr(Scanner *sc, Cur kv) {
+    Cur key;
+    if (!kv_key(kv, &key)) return 0;
+    KeyEntry *e = wanted_entry(sc, key.p ? key.p : (const uint8_t *)"", key.end - key.p);
+    if (e == NULL) return 1;
+    Slot *slot = &sc->slots[e->id];
+    if (slot->gen != sc->gen) {
+        slot->gen = sc->gen;
+        sc->set_ids[sc->nset++] = e->id;
+    }
+    slot->kv = kv; /* a repeated key: the last one wins, as in a protobuf map */
+    return 1;
+}
+
+static inline Slot *slot_of(Scanner *sc, int id) {
+    return id >= 0 && sc->slots[id].gen == sc->gen ? &sc->slots[id] : NULL;
+}
+
+/* The current span's wanted attributes as a dict, in the order their keys first appeared. */
+static PyObject *slots_dict(Scanner *sc) {
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    for (int i = 0; i < sc->nset; i++) {
+        int id = sc->set_ids[i];
+        PyObject *v = attr_value(sc, sc->slots[id].kv);
+        if (v == NULL || PyDict_SetItem(d, sc->id_keys[id], v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+/* Whether a KeyValue's merged value is a string, and its bytes: the last oneof member decides. */
+static int kv_final_string(Cur kv, Cur *out) {
+    uint32_t f, g;
+    int wt, gwt, is_str = 0;
+    Cur any;
+    while (next_field(&kv, &f, &wt)) {
+        if (f == 2 && wt == WT_LEN) {
+            if (!rd_len(&kv, &any)) return 0;
+            while (next_field(&any, &g, &gwt)) {
+                if (g == 1 && gwt == WT_LEN) {
+                    if (!rd_len(&any, out)) return 0;
+                    is_str = 1;
+                } else {
+                    if (!skip(&any, g, gwt)) return 0;
+                    if (any_member(g, gwt)) is_str = 0;
+                }
+            }
+        } else if (!skip(&kv, f, wt)) {
+            return 0;
+        }
+    }
+    return is_str;
+}
+
+/* The step kind the current span's attributes declare (index into sc->kinds), or -1 for none. */
+static int decide_kind(Scanner *sc) {
+    for (Py_ssize_t r = 0; r < sc->nrules; r++) {
+        const KindRule *rule = &sc->rules[r];
+        Slot *slot = slot_of(sc, rule->key_id);
+        if (slot == NULL) continue;
+        if (rule->present_kind >= 0) return rule->present_kind;
+        Cur v;
+        if (!kv_final_string(slot->kv, &v)) continue;
+        Py_ssize_t n = v.end - v.p;
+        for (Py_ssize_t i = 0; i < rule->nvalues; i++) {
+            const KindValue *kv = &rule->values[i];
+            if (kv->len == n && memcmp(kv->utf8, v.p, n) == 0) return kv->kind;
+        }
+    }
+    return -1;
 }
 
 /* The string value of a KeyValue (or "" when it holds another type), merged as protobuf would. */
@@ -692,19 +856,51 @@ typedef struct {
     Cur trace_id, span_id, name, status_message;
     uint64_t start, end;
     int32_t status_code;
-    PyObject *attrs, *exc;
+    PyObject *exc;
 } SpanFields;
 
+static PyObject *run_plan(Scanner *sc, const KindPlan *plan, PyObject *rattrs);
+
+/* What the mapper gets of a span: (attributes or None, kind or None, reads or None) as new references,
+ * or 0 with nothing set when the span cannot be a step. Returns -1 on error.
+ *   - no program: the attribute dict; the mapper decides everything.
+ *   - a span carrying a "slow" key: the attribute dict; the mapper decides everything.
+ *   - otherwise the kind and the typed reads of that kind's plan are done here; the dict is made only
+ *     for kinds that still need it (the node of a system step). */
+static int map_attrs(Scanner *sc, int resource_wanted, PyObject *rattrs, PyObject **attrs, PyObject **kind,
+                     PyObject **reads) {
+    *attrs = *kind = *reads = NULL;
+    if (sc->program == NULL) {
+        if (sc->nset == 0 && !resource_wanted) return 0;
+        if (sc->nset > 0 && !(*attrs = slots_dict(sc))) return -1;
+        return 1;
+    }
+    if (sc->nset == 0) return 0; /* the kind is declared by the span's own attributes */
+    for (int i = 0; i < sc->nset; i++) {
+        if (sc->slow[sc->set_ids[i]]) return (*attrs = slots_dict(sc)) ? 1 : -1;
+    }
+    int k = decide_kind(sc);
+    if (k < 0) return 0;
+    if (!(*reads = run_plan(sc, &sc->plans[k], rattrs))) return -1;
+    if (sc->plans[k].keep_attrs && !(*attrs = slots_dict(sc))) {
+        Py_CLEAR(*reads);
+        return -1;
+    }
+    *kind = Py_NewRef(sc->kinds[k]);
+    return 1;
+}
+
 /* One span → (resource index, name, trace id hex, span id hex, start, end, status code, status message,
- * attributes or None, (exception type, message) or None), or None when neither the span nor its resource
- * carries a wanted key. */
-static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted, PyObject **last_trace,
-                           Cur *last_trace_bytes) {
-    SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL, NULL};
+ * attributes or None, (exception type, message) or None, kind or None, reads or None), or None when it
+ * cannot be an agent step (see map_attrs). */
+static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted, PyObject *rattrs,
+                           PyObject **last_trace, Cur *last_trace_bytes) {
+    SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL};
     uint32_t f;
     int wt;
     Cur sub;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *attrs = NULL, *kind = NULL, *reads = NULL;
+    new_span(sc);
     while (next_field(&c, &f, &wt)) {
         if (wt == WT_LEN && (f == 1 || f == 2 || f == 5 || f == 9 || f == 11 || f == 15)) {
             if (!rd_len(&c, &sub)) goto done;
@@ -715,7 +911,7 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
             } else if (f == 5) {
                 s.name = sub;
             } else if (f == 9) {
-                if (!collect_attr(sc, sub, &s.attrs)) goto done;
+                if (!record_attr(sc, sub)) goto done;
             } else if (f == 11) {
                 if (s.exc == NULL && !read_event(sc, sub, &s.exc)) goto done;
             } else {
@@ -743,7 +939,9 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
             goto done;
         }
     }
-    if (s.attrs == NULL && !resource_wanted) {
+    int mapped = map_attrs(sc, resource_wanted, rattrs, &attrs, &kind, &reads);
+    if (mapped < 0) goto done;
+    if (mapped == 0) {
         /* Not an agent step: nothing the mapper reads. Counted, not materialised. */
         out = Py_NewRef(Py_None);
         goto done;
@@ -759,12 +957,12 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
         Py_XSETREF(*last_trace, Py_NewRef(trace));
         *last_trace_bytes = s.trace_id;
     }
-    out = PyTuple_New(10);
+    out = PyTuple_New(12);
     if (out == NULL) {
         Py_DECREF(trace);
         goto done;
     }
-    PyObject *items[10] = {
+    PyObject *items[12] = {
         PyLong_FromSsize_t(r),
         s.name.p ? make_str(sc, s.name.p, s.name.end - s.name.p) : PyUnicode_FromStringAndSize("", 0),
         trace,
@@ -774,17 +972,21 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
         PyLong_FromLong(s.status_code),
         s.status_message.p ? make_str(sc, s.status_message.p, s.status_message.end - s.status_message.p)
                            : PyUnicode_FromStringAndSize("", 0),
-        Py_NewRef(s.attrs ? s.attrs : Py_None),
+        Py_NewRef(attrs ? attrs : Py_None),
         Py_NewRef(s.exc ? s.exc : Py_None),
+        Py_NewRef(kind ? kind : Py_None),
+        Py_NewRef(reads ? reads : Py_None),
     };
     int ok = 1;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 12; i++) {
         if (items[i] == NULL) ok = 0;
         PyTuple_SET_ITEM(out, i, items[i]);
     }
     if (!ok) Py_CLEAR(out); /* tupledealloc skips the NULL slots */
 done:
-    Py_XDECREF(s.attrs);
+    Py_XDECREF(attrs);
+    Py_XDECREF(kind);
+    Py_XDECREF(reads);
     Py_XDECREF(s.exc);
     return out;
 }
@@ -803,19 +1005,28 @@ static int get_buffer(PyObject *obj, Py_buffer *view) {
 
 /* Scanner.scan(data) -> (resources, spans); see the module docstring of otelloop.otlp.scan. */
 static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
+    if (sc->slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner is not initialised");
+        return NULL;
+    }
+    if (sc->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.scan() is already running (use one Scanner per thread)");
+        return NULL;
+    }
     Py_buffer buf;
     if (get_buffer(arg, &buf) < 0) return NULL;
     Check k = {NULL, NULL};
     Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
     PyObject *resources = NULL, *spans = NULL, *result = NULL, *last_trace = NULL;
     Cur last_trace_bytes = {NULL, NULL};
+    sc->busy = 1;
     sc->data = arg;
     sc->data_base = c.p;
     if (!validate(&k, &S_REQUEST, c, 0)) {
         raise_invalid(&k);
         goto done;
     }
-    if (!(resources = PyList_New(0)) || !(spans = PyList_New(0))) goto done;
+    if (!(resources = PyList_New(0)) || !(spans = PyList_New(0)) || !(sc->errors = PyList_New(0))) goto done;
     uint32_t f;
     int wt;
     Cur rs;
@@ -846,6 +1057,7 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
             }
         }
         int resource_wanted = rattrs != NULL;
+        PyObject *rdict = rattrs; /* borrowed once entry holds it */
         PyObject *entry = Py_BuildValue("(NN)", rattrs ? rattrs : Py_NewRef(Py_None), service);
         if (entry == NULL || PyList_Append(resources, entry) < 0) {
             Py_XDECREF(entry);
@@ -869,7 +1081,7 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
                     continue;
                 }
                 if (!rd_len(&ss, &span)) goto malformed;
-                PyObject *item = read_span(sc, span, r, resource_wanted, &last_trace, &last_trace_bytes);
+                PyObject *item = read_span(sc, span, r, resource_wanted, rdict, &last_trace, &last_trace_bytes);
                 if (item == NULL) goto malformed;
                 int rc = PyList_Append(spans, item);
                 Py_DECREF(item);
@@ -878,7 +1090,7 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
         }
         r++;
     }
-    result = PyTuple_Pack(2, resources, spans);
+    result = PyTuple_Pack(3, resources, spans, sc->errors);
     goto done;
 malformed:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed request");
@@ -893,11 +1105,39 @@ done:
         Py_DECREF(view);
     }
     sc->data = NULL;
+    Py_CLEAR(sc->errors);
+    sc->busy = 0;
     PyBuffer_Release(&buf);
     return result;
 }
 
+static void free_program(Scanner *sc) {
+    for (Py_ssize_t r = 0; r < sc->nrules; r++) {
+        for (Py_ssize_t i = 0; i < sc->rules[r].nvalues; i++) Py_XDECREF(sc->rules[r].values[i].str);
+        PyMem_Free(sc->rules[r].values);
+    }
+    PyMem_Free(sc->rules);
+    sc->rules = NULL;
+    sc->nrules = 0;
+    for (Py_ssize_t k = 0; k < MAX_KINDS; k++) {
+        KindPlan *plan = &sc->plans[k];
+        for (Py_ssize_t i = 0; i < plan->nreads; i++) {
+            Py_XDECREF(plan->reads[i].field);
+            Py_XDECREF(plan->reads[i].keys);
+            PyMem_Free(plan->reads[i].key_ids);
+        }
+        PyMem_Free(plan->reads);
+        *plan = (KindPlan){0, NULL, 0};
+        Py_CLEAR(sc->kinds[k]);
+    }
+    sc->nkinds = 0;
+    PyMem_Free(sc->slow);
+    sc->slow = NULL;
+    Py_CLEAR(sc->program);
+}
+
 static void Scanner_dealloc(Scanner *sc) {
+    free_program(sc);
     if (sc->keys != NULL) {
         for (Py_ssize_t i = 0; i <= sc->key_mask; i++) Py_XDECREF(sc->keys[i].key);
         PyMem_Free(sc->keys);
@@ -906,15 +1146,169 @@ static void Scanner_dealloc(Scanner *sc) {
         for (Py_ssize_t i = 0; i < CACHE_SLOTS; i++) Py_XDECREF(sc->cache[i].str);
         PyMem_Free(sc->cache);
     }
+    PyMem_Free(sc->slots);
+    PyMem_Free(sc->id_keys);
+    PyMem_Free(sc->set_ids);
     Py_XDECREF(sc->oversized);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 
+/* The slot id of a key, -1 when it is not wanted, -2 on error. */
+static int key_id_of(Scanner *sc, PyObject *key) {
+    if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "program keys must be str");
+        return -2;
+    }
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(key, &n);
+    if (u == NULL) return -2;
+    KeyEntry *e = wanted_entry(sc, (const uint8_t *)u, n);
+    return e ? e->id : -1;
+}
+
+/* The index of a step kind in sc->kinds, added on first sight; -1 on error. */
+static int kind_index(Scanner *sc, PyObject *kind) {
+    if (!PyUnicode_Check(kind)) {
+        PyErr_SetString(PyExc_TypeError, "step kinds must be str");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < sc->nkinds; i++) {
+        int cmp = PyUnicode_Compare(sc->kinds[i], kind);
+        if (cmp == 0) return (int)i;
+        if (cmp == -1 && PyErr_Occurred()) return -1;
+    }
+    if (sc->nkinds == MAX_KINDS) {
+        PyErr_SetString(PyExc_ValueError, "too many step kinds");
+        return -1;
+    }
+    sc->kinds[sc->nkinds] = Py_NewRef(kind);
+    return (int)sc->nkinds++;
+}
+
+static int load_rule(Scanner *sc, PyObject *item, KindRule *rule) {
+    PyObject *key, *table, *present;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "OOO", &key, &table, &present)) {
+        PyErr_SetString(PyExc_TypeError, "kind rules are (key, {value: kind} or None, kind or None)");
+        return 0;
+    }
+    if ((rule->key_id = key_id_of(sc, key)) == -2) return 0;
+    rule->present_kind = -1;
+    if (present != Py_None) return (rule->present_kind = kind_index(sc, present)) >= 0;
+    if (!PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "a kind rule without a kind needs a {value: kind} table");
+        return 0;
+    }
+    rule->values = PyMem_Calloc(PyDict_GET_SIZE(table) + 1, sizeof(KindValue));
+    if (rule->values == NULL) return PyErr_NoMemory(), 0;
+    Py_ssize_t pos = 0;
+    PyObject *value, *kind;
+    while (PyDict_Next(table, &pos, &value, &kind)) {
+        KindValue *kv = &rule->values[rule->nvalues];
+        if (!PyUnicode_Check(value) || PyUnicode_GET_LENGTH(value) == 0) {
+            PyErr_SetString(PyExc_ValueError, "kind table values must be non-empty str");
+            return 0;
+        }
+        if (!(kv->utf8 = PyUnicode_AsUTF8AndSize(value, &kv->len)) || (kv->kind = kind_index(sc, kind)) < 0)
+            return 0;
+        kv->str = Py_NewRef(value);
+        rule->nvalues++;
+    }
+    return 1;
+}
+
+static int load_plan(Scanner *sc, PyObject *kind, PyObject *plan) {
+    int k = kind_index(sc, kind);
+    if (k < 0) return 0;
+    KindPlan *kp = &sc->plans[k];
+    if (!PyTuple_Check(plan)) {
+        PyErr_SetString(PyExc_TypeError, "plans are tuples of (op, keys tuple, field)");
+        return 0;
+    }
+    kp->reads = PyMem_Calloc(PyTuple_GET_SIZE(plan) + 1, sizeof(PlanRead));
+    if (kp->reads == NULL) return PyErr_NoMemory(), 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
+        PyObject *read = PyTuple_GET_ITEM(plan, i), *keys, *field;
+        PlanRead *pr = &kp->reads[i];
+        if (!PyTuple_Check(read) || !PyArg_ParseTuple(read, "iO!O", &pr->op, &PyTuple_Type, &keys, &field)) {
+            PyErr_SetString(PyExc_TypeError, "plan items are (op, keys tuple, field)");
+            return 0;
+        }
+        kp->nreads++;
+        pr->keys = Py_NewRef(keys);
+        pr->field = Py_NewRef(field);
+        pr->nkeys = PyTuple_GET_SIZE(keys);
+        if (!(pr->key_ids = PyMem_Calloc(pr->nkeys + 1, sizeof(int)))) return PyErr_NoMemory(), 0;
+        for (Py_ssize_t j = 0; j < pr->nkeys; j++) {
+            if ((pr->key_ids[j] = key_id_of(sc, PyTuple_GET_ITEM(keys, j))) == -2) return 0;
+        }
+    }
+    return 1;
+}
+
+/* program = (slow keys, kind rules, {kind: plan}, kinds that keep their attribute dict); see
+ * otelloop.mapping.program. */
+static int load_program(Scanner *sc, PyObject *program) {
+    PyObject *slow, *rules, *plans, *keep, *item;
+    if (!PyTuple_Check(program) || !PyArg_ParseTuple(program, "OOO!O", &slow, &rules, &PyDict_Type, &plans, &keep)) {
+        PyErr_SetString(PyExc_TypeError, "program is (slow keys, kind rules, {kind: plan}, kinds keeping attributes)");
+        return 0;
+    }
+    sc->program = Py_NewRef(program);
+    if (!(sc->slow = PyMem_Calloc(sc->nkeys + 1, 1))) return PyErr_NoMemory(), 0;
+    PyObject *it = PyObject_GetIter(slow);
+    if (it == NULL) return 0;
+    while ((item = PyIter_Next(it)) != NULL) {
+        int id = key_id_of(sc, item);
+        Py_DECREF(item);
+        if (id == -2) break;
+        if (id >= 0) sc->slow[id] = 1;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return 0;
+    PyObject *seq = PySequence_Fast(rules, "kind rules must be a sequence");
+    if (seq == NULL) return 0;
+    sc->rules = PyMem_Calloc(PySequence_Fast_GET_SIZE(seq) + 1, sizeof(KindRule));
+    if (sc->rules == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory(), 0;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        sc->nrules++;
+        if (!load_rule(sc, PySequence_Fast_GET_ITEM(seq, i), &sc->rules[i])) {
+            Py_DECREF(seq);
+            return 0;
+        }
+    }
+    Py_DECREF(seq);
+    Py_ssize_t pos = 0;
+    PyObject *kind, *plan;
+    while (PyDict_Next(plans, &pos, &kind, &plan)) {
+        if (!load_plan(sc, kind, plan)) return 0;
+    }
+    if (!(it = PyObject_GetIter(keep))) return 0;
+    while ((item = PyIter_Next(it)) != NULL) {
+        int k = kind_index(sc, item);
+        Py_DECREF(item);
+        if (k < 0) break;
+        sc->plans[k].keep_attrs = 1;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return 0;
+    for (Py_ssize_t k = 0; k < sc->nkinds; k++) {
+        if (sc->plans[k].reads == NULL) {
+            PyErr_Format(PyExc_ValueError, "no plan for step kind %R", sc->kinds[k]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"keys", "max_value_bytes", "oversized", NULL};
-    PyObject *keys_arg, *factory;
+    static char *kwlist[] = {"keys", "max_value_bytes", "oversized", "program", NULL};
+    PyObject *keys_arg, *factory, *program = Py_None;
     Py_ssize_t max_value;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO", kwlist, &keys_arg, &max_value, &factory)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO|O", kwlist, &keys_arg, &max_value, &factory, &program))
+        return -1;
     if (sc->keys != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner is already initialised");
         return -1;
@@ -925,13 +1319,17 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
     while (size < 2 * n + 2) size <<= 1;
     sc->keys = PyMem_Calloc(size, sizeof(KeyEntry));
     sc->cache = PyMem_Calloc(CACHE_SLOTS, sizeof(CacheEntry));
-    if (sc->keys == NULL || sc->cache == NULL) {
+    sc->slots = PyMem_Calloc(n + 1, sizeof(Slot));
+    sc->id_keys = PyMem_Calloc(n + 1, sizeof(PyObject *));
+    sc->set_ids = PyMem_Calloc(n + 1, sizeof(int));
+    if (sc->keys == NULL || sc->cache == NULL || sc->slots == NULL || sc->id_keys == NULL || sc->set_ids == NULL) {
         Py_DECREF(keys);
         PyErr_NoMemory();
         return -1;
     }
     sc->key_mask = size - 1;
     sc->max_value = max_value;
+    sc->gen = 1;
     sc->oversized = Py_NewRef(factory);
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *key = PyList_GET_ITEM(keys, j);
@@ -950,16 +1348,21 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
         uint64_t h = short_hash((const uint8_t *)u, len);
         Py_ssize_t i = (Py_ssize_t)(h & sc->key_mask);
         while (sc->keys[i].key != NULL) i = (i + 1) & sc->key_mask;
-        sc->keys[i] = (KeyEntry){h, len, u, Py_NewRef(key)};
+        sc->keys[i] = (KeyEntry){h, len, u, Py_NewRef(key), (int)sc->nkeys};
+        sc->id_keys[sc->nkeys] = key;
         sc->nkeys++;
     }
     Py_DECREF(keys);
+    if (program != Py_None && !load_program(sc, program)) {
+        free_program(sc);
+        return -1;
+    }
     return 0;
 }
 
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_O,
-     "scan(data) -> (resources, spans): validate a request and extract what the mapper reads."},
+     "scan(data) -> (resources, spans, mapping errors): validate a request and extract what the mapper reads."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1192,72 +1595,115 @@ malformed:
 
 enum { R_STRING = 0, R_TEXT = 1, R_COUNT = 2, R_AMOUNT = 3 };
 
+/* How a value serves a typed read: 1 usable (*out set, new reference), 0 skipped silently (absent or
+ * empty), -1 a wrong type (counted in mapping errors), -2 an error. */
+static int typed(int op, PyObject *v, PyObject **out) {
+    switch (op) {
+    case R_STRING:
+        if (PyUnicode_CheckExact(v)) {
+            if (PyUnicode_GET_LENGTH(v) == 0) return 0;
+            *out = Py_NewRef(v);
+            return 1;
+        }
+        if (PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v))
+            return (*out = PyObject_Str(v)) ? 1 : -2;
+        return v == Py_None ? 0 : -1;
+    case R_TEXT:
+        if (PyUnicode_CheckExact(v) || PyList_CheckExact(v) || PyDict_CheckExact(v)) {
+            *out = Py_NewRef(v);
+            return 1;
+        }
+        if (v == Py_None) return (*out = PyUnicode_FromStringAndSize("", 0)) ? 1 : -2;
+        if (PyBytes_CheckExact(v)) return -1;
+        if (PyTuple_Check(v)) { /* Oversized(kind, raw): a bytes value is the wrong type */
+            PyObject *kind = PyTuple_GET_SIZE(v) > 0 ? PyTuple_GET_ITEM(v, 0) : NULL;
+            if (kind != NULL && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "bytes") == 0)
+                return -1;
+            *out = Py_NewRef(v);
+            return 1;
+        }
+        return (*out = PyObject_Str(v)) ? 1 : -2;
+    case R_COUNT:
+        if (PyLong_CheckExact(v)) {
+            int overflow;
+            long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (n == -1 && PyErr_Occurred()) return -2;
+            if (overflow > 0 || (overflow == 0 && n >= 0)) {
+                *out = Py_NewRef(v);
+                return 1;
+            }
+        } else if (PyFloat_CheckExact(v)) {
+            double x = PyFloat_AS_DOUBLE(v);
+            if (isfinite(x) && x >= 0 && x == floor(x)) return (*out = PyLong_FromDouble(x)) ? 1 : -2;
+        }
+        return -1;
+    case R_AMOUNT:
+        if (PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
+            double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) return -2;
+            if (isfinite(x) && x >= 0) {
+                *out = PyFloat_CheckExact(v) ? Py_NewRef(v) : PyFloat_FromDouble(x);
+                return *out ? 1 : -2;
+            }
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* A read over a dict of attributes: 1 found (*out set), 0 not found, -1 error. */
+static int read_dict(PyObject *d, int op, PyObject *keys, PyObject *field, PyObject *errors, PyObject **out) {
+    if (d == NULL || d == Py_None || PyDict_GET_SIZE(d) == 0) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+        PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, i));
+        if (v == NULL) {
+            if (PyErr_Occurred()) return -1;
+            continue;
+        }
+        int t = typed(op, v, out);
+        if (t == 1) return 1;
+        if (t == -2 || (t == -1 && PyList_Append(errors, field) < 0)) return -1;
+    }
+    return 0;
+}
+
 /* One read: the first usable value of keys, span first then resource. Returns a new reference
  * (Py_None when nothing usable), NULL on error. Values of the wrong type append field to errors. */
 static PyObject *read_one(PyObject *span, PyObject *res, int op, PyObject *keys, PyObject *field,
                           PyObject *errors) {
-    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
-    PyObject *dicts[2] = {span, res};
-    for (int pass = 0; pass < 2; pass++) {
-        PyObject *d = dicts[pass];
-        if (d == Py_None || PyDict_GET_SIZE(d) == 0) continue;
-        for (Py_ssize_t i = 0; i < nkeys; i++) {
-            PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, i));
-            if (v == NULL) {
-                if (PyErr_Occurred()) return NULL;
-                continue;
-            }
-            int wrong = 0;
-            switch (op) {
-            case R_STRING:
-                if (PyUnicode_CheckExact(v)) {
-                    if (PyUnicode_GET_LENGTH(v) > 0) return Py_NewRef(v);
-                } else if (PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v)) {
-                    return PyObject_Str(v);
-                } else if (v != Py_None) {
-                    wrong = 1;
-                }
-                break;
-            case R_TEXT:
-                if (PyUnicode_CheckExact(v) || PyList_CheckExact(v) || PyDict_CheckExact(v)) return Py_NewRef(v);
-                if (v == Py_None) return PyUnicode_FromStringAndSize("", 0);
-                if (PyBytes_CheckExact(v)) {
-                    wrong = 1;
-                } else if (PyTuple_Check(v)) { /* Oversized(kind, raw) */
-                    PyObject *kind = PyTuple_GET_SIZE(v) > 0 ? PyTuple_GET_ITEM(v, 0) : NULL;
-                    if (kind != NULL && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "bytes") == 0)
-                        wrong = 1;
-                    else
-                        return Py_NewRef(v);
-                } else {
-                    return PyObject_Str(v);
-                }
-                break;
-            case R_COUNT:
-                if (PyLong_CheckExact(v)) {
-                    int overflow;
-                    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
-                    if (n == -1 && PyErr_Occurred()) return NULL;
-                    if (overflow > 0 || (overflow == 0 && n >= 0)) return Py_NewRef(v);
-                } else if (PyFloat_CheckExact(v)) {
-                    double x = PyFloat_AS_DOUBLE(v);
-                    if (isfinite(x) && x >= 0 && x == floor(x)) return PyLong_FromDouble(x);
-                }
-                wrong = 1;
-                break;
-            case R_AMOUNT:
-                if (PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
-                    double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
-                    if (x == -1.0 && PyErr_Occurred()) return NULL;
-                    if (isfinite(x) && x >= 0) return PyFloat_CheckExact(v) ? Py_NewRef(v) : PyFloat_FromDouble(x);
-                }
-                wrong = 1;
-                break;
-            }
-            if (wrong && PyList_Append(errors, field) < 0) return NULL;
+    PyObject *out = NULL;
+    int found = read_dict(span, op, keys, field, errors, &out);
+    if (found == 0) found = read_dict(res, op, keys, field, errors, &out);
+    if (found < 0) return NULL;
+    return found ? out : Py_NewRef(Py_None);
+}
+
+/* The plan of a kind over the current span's slots and its resource's attribute dict. */
+static PyObject *run_plan(Scanner *sc, const KindPlan *plan, PyObject *rattrs) {
+    PyObject *out = PyTuple_New(plan->nreads);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < plan->nreads; i++) {
+        const PlanRead *pr = &plan->reads[i];
+        PyObject *result = NULL;
+        int found = 0;
+        for (Py_ssize_t j = 0; j < pr->nkeys && !found; j++) {
+            Slot *slot = slot_of(sc, pr->key_ids[j]);
+            if (slot == NULL) continue;
+            PyObject *v = attr_value(sc, slot->kv);
+            if (v == NULL) goto error;
+            int t = typed(pr->op, v, &result);
+            Py_DECREF(v);
+            if (t == 1) found = 1;
+            else if (t == -2 || (t == -1 && PyList_Append(sc->errors, pr->field) < 0)) goto error;
         }
+        if (!found && (found = read_dict(rattrs, pr->op, pr->keys, pr->field, sc->errors, &result)) < 0)
+            goto error;
+        PyTuple_SET_ITEM(out, i, found ? result : Py_NewRef(Py_None));
     }
-    Py_RETURN_NONE;
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* resolve(span, res, plan, errors) -> tuple: one result per (op, keys, field) of plan. */

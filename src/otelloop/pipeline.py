@@ -88,9 +88,11 @@ class Pipeline:
         self.store.resize(config.state.max_sessions, config.state.idle_timeout)
 
     def _scanner(self) -> scan.Scanner:
-        """A reader that keeps the keys the mapping reads and the keys detectors may overwrite."""
-        return scan.Scanner(self.mapper.keys | self.engine.overwritten_keys(),
-                            max_value_bytes=self.config.mapping.max_text_bytes)
+        """A reader that keeps the keys the mapping reads and the keys detectors may overwrite, and runs
+        the mapper's program (spans carrying an overwritten key keep their attribute dict)."""
+        overwritten = self.engine.overwritten_keys()
+        return scan.Scanner(self.mapper.keys | overwritten, max_value_bytes=self.config.mapping.max_text_bytes,
+                            program=self.mapper.program(overwritten))
 
     # -- phase 1: decode and map (no state changes) ------------------------------------------------
 
@@ -101,12 +103,11 @@ class Pipeline:
             InvalidRequest: the bytes are not a valid request.
         """
         try:
-            resources, infos = self.scanner.scan(data)
+            resources, infos, errors = self.scanner.scan(data)
         except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
         map_span = self.mapper.map_span
         steps: list[tuple[Position, Step, SpanInfo]] = []
-        errors: list[str] = []
         for i, info in enumerate(infos):
             if info is not None:
                 step = map_span(info, resources[info[0]], errors)
@@ -132,15 +133,16 @@ class Pipeline:
         detecting = bool(self.engine.detectors)
         for group in _by_session(decoded.steps):
             session = self.store.touch(group[0][1].session)
-            _account(session, group)
-            # With no detector enabled only the verdict is added, which no step of this request can change.
-            verdict = None if detecting else _verdict_attribute(session.verdict)
+            agent = _account(session, group, usage.by_key)
+            if not detecting:
+                # Only the verdict is added, which no step of this request can change.
+                session.agent = agent or session.agent
+                verdict = _verdict_attribute(session.verdict)
+                for item in group:
+                    extras[item[0]] = verdict
+                continue
             for pos, step, info in group:
-                usage.add(step)
-                session.agent = step.agent or session.agent
-                if verdict is not None:
-                    extras[pos] = verdict
-                    continue
+                session.agent = step.agent or session.agent  # detectors see the agent current at each step
                 ctx = self.engine.observe(session, step)
                 usage.add_findings(step, ctx)
                 _remember_scores(session, ctx)
@@ -207,25 +209,37 @@ def _by_session(steps: list[tuple[Position, Step, SpanInfo]]) -> Iterable[list[t
     return groups.values()
 
 
-def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]]) -> None:
-    """Fold a session's steps of one request into its totals (before detectors see them); the agent
-    is updated step by step by the caller, since detectors see the agent current at each step."""
+def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
+             usage: dict[tuple[str, str, str], list[float]]) -> str:
+    """Fold a session's steps of one request into its totals (before detectors see them) and into the
+    request's usage per (kind, service, model); returns the last agent named (the caller sets it, step
+    by step when detectors run)."""
     if session.steps == 0:
         session.first_start_ns = group[0][1].start_ns
     session.steps += len(group)
-    cost, tokens_in, tokens_out, last_end = 0.0, 0, 0, session.last_end_ns
+    cost, tokens_in, tokens_out, last_end, agent = 0.0, 0, 0, session.last_end_ns, ""
     for _, step, _ in group:
         cost += step.cost_usd
         tokens_in += step.input_tokens
         tokens_out += step.output_tokens
         if step.end_ns > last_end:
             last_end = step.end_ns
+        agent = step.agent or agent
+        key = (step.kind, step.service, step.model or "")
+        totals = usage.get(key)
+        if totals is None:
+            totals = usage[key] = [0, 0, 0, 0.0]
+        totals[0] += 1
+        totals[1] += step.input_tokens
+        totals[2] += step.output_tokens
+        totals[3] += step.cost_usd
     last = group[-1][1]
     session.service = last.service or session.service
     session.cost_usd += cost
     session.input_tokens += tokens_in
     session.output_tokens += tokens_out
     session.last_end_ns = last_end
+    return agent
 
 
 def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
@@ -258,20 +272,10 @@ class _Usage:
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        #: (kind, service, model) -> [steps, input tokens, output tokens, cost]
+        #: (kind, service, model) -> [steps, input tokens, output tokens, cost], filled by :func:`_account`
         self.by_key: dict[tuple[str, str, str], list[float]] = {}
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
         self.entropy: list[float] = []
-
-    def add(self, step: Step) -> None:
-        key = (step.kind, step.service, step.model or "")
-        totals = self.by_key.get(key)
-        if totals is None:
-            totals = self.by_key[key] = [0, 0, 0, 0.0]
-        totals[0] += 1
-        totals[1] += step.input_tokens
-        totals[2] += step.output_tokens
-        totals[3] += step.cost_usd
 
     def add_findings(self, step: Step, ctx: StepContext) -> None:
         if ctx.findings:

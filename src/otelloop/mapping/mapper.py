@@ -16,6 +16,7 @@ from typing import Any
 
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
+from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
@@ -26,21 +27,27 @@ _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_mem
 _LLM_OPS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
 _SYSTEM_OPS = frozenset({"invoke_agent", "create_agent", "invoke_workflow", "plan", "chain", "execute_task"})
 
-#: (attribute, value → kind) in the order SPEC §3 tries them.
-_KIND_SOURCES: tuple[tuple[str, dict[str, str]], ...] = (
-    ("gen_ai.operation.name", {**{v: "tool" for v in _TOOL_OPS}, **{v: "llm" for v in _LLM_OPS},
-                               **{v: "system" for v in _SYSTEM_OPS}}),
-    ("openinference.span.kind", {"TOOL": "tool", "RETRIEVER": "tool", "RERANKER": "tool", "LLM": "llm",
-                                 "EMBEDDING": "llm", "AGENT": "system", "CHAIN": "system",
-                                 "GUARDRAIL": "system", "EVALUATOR": "system"}),
-    ("traceloop.span.kind", {"tool": "tool", "agent": "system", "workflow": "system", "task": "system"}),
-    ("langsmith.span.kind", {"tool": "tool", "retriever": "tool", "llm": "llm", "embedding": "llm",
-                             "chain": "system"}),
-    ("langfuse.observation.type", {"tool": "tool", "retriever": "tool", "generation": "llm", "embedding": "llm",
-                                   "agent": "system", "chain": "system"}),
-)
 _TOOL_PRESENCE = ("gen_ai.tool.name", "gen_ai.tool.call.id")
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+#: How a span's attributes declare its kind, in the order SPEC §3 tries them, after an explicit
+#: ``otelloop.step.kind``, Logfire's pending spans and OpenInference ``metadata`` (see :func:`_kind`).
+_KIND_RULES: tuple[KindRule, ...] = (
+    ("gen_ai.operation.name", {**{v: "tool" for v in _TOOL_OPS}, **{v: "llm" for v in _LLM_OPS},
+                               **{v: "system" for v in _SYSTEM_OPS}}, None),
+    ("openinference.span.kind", {"TOOL": "tool", "RETRIEVER": "tool", "RERANKER": "tool", "LLM": "llm",
+                                 "EMBEDDING": "llm", "AGENT": "system", "CHAIN": "system",
+                                 "GUARDRAIL": "system", "EVALUATOR": "system"}, None),
+    ("llm.request.type", None, "llm"),  # OpenLLMetry's LLM spans
+    ("traceloop.span.kind", {"tool": "tool", "agent": "system", "workflow": "system", "task": "system"}, None),
+    ("langsmith.span.kind", {"tool": "tool", "retriever": "tool", "llm": "llm", "embedding": "llm",
+                             "chain": "system"}, None),
+    ("langfuse.observation.type", {"tool": "tool", "retriever": "tool", "generation": "llm", "embedding": "llm",
+                                   "agent": "system", "chain": "system"}, None),
+    *((key, None, "tool") for key in _TOOL_PRESENCE),
+    *((key, None, "llm") for key in (_MODEL_KEYS[0], _MODEL_KEYS[2])),
+)
+#: Attributes that need the mapper's judgement: a span carrying one is not mapped by the reader.
+_EXPLICIT_KEYS = ("otelloop.step.kind", "logfire.span_type", "metadata")
 _TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
 _SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "langfuse.session.id",
                  "traceloop.association.properties.session_id", "langsmith.trace.session_id")
@@ -58,12 +65,13 @@ _PROGRESS = ("otelloop.progress.diff_hash", "otelloop.progress.failing_tests",
 
 #: Every attribute key any part of the mapping may read from a span.
 SPAN_KEYS = frozenset(
-    ["otelloop.step.kind", "logfire.span_type", "llm.request.type", "otelloop.intent", "error.type",
-     "metadata", "gen_ai.prompt", *(k for k, _ in _KIND_SOURCES), *_TOOL_PRESENCE, *_MODEL_KEYS, *_TOOL_NAME_KEYS,
+    [*_EXPLICIT_KEYS, "otelloop.intent", "error.type", "gen_ai.prompt", *(k for k, _, _ in _KIND_RULES),
+     *_MODEL_KEYS, *_TOOL_NAME_KEYS,
      *_SESSION_KEYS, *_AGENT_KEYS, *_NODE_KEYS, *_ARGS_KEYS, *_OUTPUT_KEYS, *_INPUT_TOKEN_KEYS,
      *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
 
 _STATUS_ERROR = 2
+_intern = sys.intern
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
@@ -179,8 +187,24 @@ class Mapper:
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
 
+    def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
+        """What the reader can map itself (None with mapping rules configured: rules need the mapper).
+
+        Args:
+            slow_keys: further attributes whose spans must reach the mapper with their attribute dict
+                (those detectors overwrite).
+        """
+        if self.rules:
+            return None
+        return Program(frozenset(_EXPLICIT_KEYS) | _PROGRESS_KEYS | slow_keys, _KIND_RULES, self.plans,
+                       frozenset({"system"}))
+
     def map_span(self, info: SpanInfo, resource: Resource, errors: list[str]) -> Step | None:
         """The step a span stands for, or None when it is not an agent step (SPEC §3)."""
+        kind: str | None = info[10]
+        if kind is not None:  # the reader ran the program: kind and reads are done (tool names as below)
+            return self._build(info, info[8] or _EMPTY, resource[0] or _EMPTY, kind, info[11],  # type: ignore[arg-type]
+                               kind == "tool", resource[1], errors)
         span, res = info[8], resource[0]
         if span is None:
             if res is None:
@@ -188,22 +212,30 @@ class Mapper:
             span = _EMPTY
         rule = next((r for r in self.rules if r.matches(info[1], span)), None) if self.rules else None
         if rule is not None:
-            kind: str | None = rule.rule.kind
+            kind = rule.rule.kind
             plans = rule.plans
         else:
             kind = _kind(span)
             plans = self.plans
         if kind is None or kind == "ignore":
             return None
-        return self._build(info, span, res or _EMPTY, kind, plans[kind], resource[1], errors)
+        plan = plans[kind]
+        res = res or _EMPTY
+        return self._build(info, span, res, kind, resolve(span, res, plan, errors), plan[0][1] is _TOOL_NAME_KEYS,
+                           resource[1], errors)
 
-    def _build(self, info: SpanInfo, span: dict[str, Any], res: dict[str, Any], kind: str, plan: Plan,
-               service: str, errors: list[str]) -> Step:
+    def _build(self, info: SpanInfo, span: dict[str, Any], res: dict[str, Any], kind: str, reads: tuple[Any, ...],
+               tool_names: bool, service: str, errors: list[str]) -> Step:
+        """The step from the results of its kind's plan (see :func:`_plan`) and what the span says.
+
+        ``tool_names``: the name was read from the tool-name attributes, so a span named
+        ``execute_tool <name>`` names the tool when none of them is set.
+        """
         (name, session, agent, model, op, intent, args, output, error_type, tokens_in, tokens_out,
-         cost) = resolve(span, res, plan, errors)
+         cost) = reads
         span_name, trace_hex = info[1], info[2]
         if name is None:  # a tool's name may be in its span name; a rule's name attribute falls back to it
-            name = span_name.removeprefix("execute_tool ") if plan[0][1] is _TOOL_NAME_KEYS else span_name
+            name = span_name.removeprefix("execute_tool ") if tool_names else span_name
         tokens_in, tokens_out = tokens_in or 0, tokens_out or 0
         if cost is None and model is not None and self.pricing:
             price = self.pricing.get(model)
@@ -212,13 +244,13 @@ class Mapper:
         # Names repeat across millions of steps and end up in session state: share one string each.
         # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
         # cost more than the rest of this function.
-        step = Step(session or trace_hex, kind, sys.intern(name), sys.intern(agent or service), service,  # type: ignore[arg-type]
-                    None, model, sys.intern(intent or op or kind), None, None, None, "success", None, tokens_in,
+        step = Step(session or trace_hex, kind, _intern(name), _intern(agent or service), service,  # type: ignore[arg-type]
+                    None, model, _intern(intent or op or kind), None, None, None, "success", None, tokens_in,
                     tokens_out, cost or 0.0, info[4], info[5], trace_hex, info[3])
         if kind == "system":
             step.node = self._node(span, res, span_name, errors)
         self._io(step, args, output, error_type, info)
-        if not _PROGRESS_KEYS.isdisjoint(span):
+        if span and not _PROGRESS_KEYS.isdisjoint(span):
             for key, field, read in _PROGRESS_READS:
                 if key in span:
                     setattr(step, field, resolve(span, res, read, errors)[0])
@@ -302,18 +334,7 @@ def _kind(span: dict[str, Any]) -> str | None:
         declared = _metadata_kind(_selector(span, "metadata"))
         if declared is not None:
             return declared
-    for key, table in _KIND_SOURCES:
-        if key in span:
-            kind = table.get(_selector(span, key))
-            if kind is not None:
-                return kind
-        if key == "openinference.span.kind" and "llm.request.type" in span:
-            return "llm"
-    if any(k in span for k in _TOOL_PRESENCE):
-        return "tool"
-    if any(k in span for k in _MODEL_KEYS[0:1] + _MODEL_KEYS[2:]):
-        return "llm"
-    return None
+    return kind_of(span, _KIND_RULES)
 
 
 MappingErrorSink = Callable[[str], None]

@@ -1,13 +1,19 @@
 """Reading OTLP trace requests for the mapper: what each span says, as plain Python values.
 
 A :class:`Scanner` is built once with the attribute keys the mapping (and any detector that overwrites
-attributes) can read. ``scan(data)`` validates a whole ``ExportTraceServiceRequest`` with protobuf's
-rules and returns:
+attributes) can read, and optionally the mapper's :class:`~otelloop.mapping.program.Program`.
+``scan(data)`` validates a whole ``ExportTraceServiceRequest`` with protobuf's rules and returns:
 
 * ``resources``: one ``(attributes, service_name)`` per ``ResourceSpans``, where ``attributes`` holds the
   wanted keys the resource carries (``None`` when it carries none);
-* ``spans``: one entry per span, in request order. A span that carries no wanted key under a resource
-  that carries none cannot be an agent step and is ``None``; every other span is a :data:`SpanInfo`.
+* ``spans``: one entry per span, in request order: a :data:`SpanInfo`, or ``None`` for a span that
+  cannot be an agent step (it carries no wanted key and neither does its resource; with a program,
+  its own attributes declare no step kind);
+* ``errors``: the fields of typed reads the program ran that met a value of the wrong type.
+
+With a program, a span's ``kind`` and ``reads`` (the results of that kind's plan) are filled in and its
+attribute dict is left out unless the program keeps it for that kind; a span carrying one of the
+program's slow keys, and every span without a program, has its attribute dict and no kind.
 
 Attribute values become ``str``, ``bool``, ``int``, ``float``, ``bytes``, ``list`` (array) or ``dict``
 (key-value list), and ``None`` for an empty value, so the mapper can tell a wrong type from a missing
@@ -18,14 +24,15 @@ in the request, so an agent that sends megabytes of arguments costs a hash, not 
 The native reader (``otelloop._scan``, a C extension built at install time) does this in one pass over
 the bytes without creating objects for anything else; where it could not be built the pure-Python
 reader below returns identical results through the generated protobuf classes, several times slower.
-``splice`` and ``span_bytes`` address spans by their index in ``spans``.
+``splice`` and ``span_bytes`` address spans by their index in ``spans``. A scanner is not re-entrant:
+use one per thread.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -56,10 +63,19 @@ class Oversized(NamedTuple):
 
 
 #: (resource index, name, trace id hex, span id hex, start ns, end ns, status code, status message,
-#: wanted attributes or None, (exception type, exception message) of the first "exception" event or None)
-SpanInfo = tuple[int, str, str, str, int, int, int, str, "dict[str, Any] | None", "tuple[str, str] | None"]
+#: wanted attributes or None, (exception type, exception message) of the first "exception" event or None,
+#: step kind or None, results of the kind's plan or None)
+SpanInfo = tuple[int, str, str, str, int, int, int, str, "dict[str, Any] | None", "tuple[str, str] | None",
+                 "str | None", "tuple[Any, ...] | None"]
 Resource = tuple["dict[str, Any] | None", str]
-Scanned = tuple[list[Resource], list["SpanInfo | None"]]
+Scanned = tuple[list[Resource], list["SpanInfo | None"], list[str]]
+
+
+class Program(Protocol):
+    """What the reader needs of the mapper's program (see ``otelloop.mapping.program``)."""
+
+    def run(self, attrs: dict[str, Any] | None, res: dict[str, Any] | None,
+            errors: list[str]) -> tuple[dict[str, Any] | None, str | None, tuple[Any, ...] | None] | None: ...
 
 
 class Scanner:
@@ -69,15 +85,19 @@ class Scanner:
         keys: attribute keys to extract from spans and resources.
         max_value_bytes: values encoded longer than this become :class:`Oversized`.
         native: use the C reader (default: when it is available and not turned off).
+        program: the mapper's program (kinds and typed reads done while reading), or None.
     """
 
-    def __init__(self, keys: Iterable[str], max_value_bytes: int = 65536, native: bool | None = None) -> None:
+    def __init__(self, keys: Iterable[str], max_value_bytes: int = 65536, native: bool | None = None,
+                 program: Program | None = None) -> None:
         self.keys = frozenset(keys)
         self.max_value_bytes = max_value_bytes
+        self.program = program
         self.native = NATIVE if native is None else native
         if self.native and _native is None:
             raise RuntimeError("the native reader otelloop._scan is not built")
-        self._impl = _native.Scanner(sorted(self.keys), max_value_bytes, Oversized) if self.native else None
+        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, program)
+                      if self.native else None)
 
     def scan(self, data: bytes) -> Scanned:
         """Read a serialised request.
@@ -87,7 +107,7 @@ class Scanner:
         """
         if self._impl is not None:
             return self._impl.scan(data)
-        return _scan_python(data, self.keys, self.max_value_bytes)
+        return _scan_python(data, self.keys, self.max_value_bytes, self.program)
 
 
 def splice(data: bytes, extras: list[bytes | None]) -> bytes:
@@ -134,13 +154,14 @@ def span_bytes(data: bytes) -> list[bytes]:
 # The pure-Python reader: same results through the generated protobuf classes
 
 
-def _scan_python(data: bytes, keys: frozenset[str], limit: int) -> Scanned:
+def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program | None) -> Scanned:
     try:
         req = ExportTraceServiceRequest.FromString(data)
     except (DecodeError, RuntimeError) as e:
         raise ValueError(str(e) or "malformed request") from None
     resources: list[Resource] = []
     spans: list[SpanInfo | None] = []
+    errors: list[str] = []
     for r, rs in enumerate(req.resource_spans):
         ra = rs.resource.attributes
         res_attrs = _wanted(ra, keys, limit)
@@ -149,13 +170,20 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int) -> Scanned:
         for ss in rs.scope_spans:
             for span in ss.spans:
                 attrs = _wanted(span.attributes, keys, limit)
-                if attrs is None and res_attrs is None:
+                kind = reads = None
+                if program is not None:
+                    mapped = program.run(attrs, res_attrs, errors)
+                    if mapped is None:
+                        spans.append(None)
+                        continue
+                    attrs, kind, reads = mapped
+                elif attrs is None and res_attrs is None:
                     spans.append(None)
                     continue
                 spans.append((r, span.name, span.trace_id.hex(), span.span_id.hex(), span.start_time_unix_nano,
                               span.end_time_unix_nano, span.status.code, span.status.message, attrs,
-                              _exception(span)))
-    return resources, spans
+                              _exception(span), kind, reads))
+    return resources, spans, errors
 
 
 def _wanted(attributes: Any, keys: frozenset[str], limit: int) -> dict[str, Any] | None:
