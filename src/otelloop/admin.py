@@ -98,7 +98,7 @@ class AdminAPI:
         session = self._find(request)
         body = _brief(session)
         body["evidence"] = self.pipeline.engine.summaries(session)
-        body["votes"] = {d: {"verdict": v, "reason": r, "message": m} for d, (v, r, m) in session.votes.items()}
+        body["votes"] = {d: {"verdict": v, "reason": r, "message": m} for d, (v, r, m) in (session.votes or {}).items()}
         return web.json_response(body, dumps=_dumps)
 
     async def _verdict(self, request: web.Request) -> web.Response:

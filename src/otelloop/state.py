@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 #: How many recent findings a session remembers for the sessions API.
 RECENT_FINDINGS = 5
+_NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
 
@@ -45,7 +46,8 @@ class Session:
         #: detector name -> that detector's state object
         self.states: dict[str, Any] = {}
         #: detector name -> (verdict, reason, message) for detectors currently raising the verdict
-        self.votes: dict[str, tuple[str, str, str]] = {}
+        #: (None until one does: most sessions never hold a vote)
+        self.votes: dict[str, tuple[str, str, str]] | None = None
         #: (reason, message) of a ``stop`` that holds until an operator resumes
         self.stop_hold: tuple[str, str] | None = None
         self.paused = False
@@ -66,8 +68,11 @@ class Session:
         """Fold detector votes into the session verdict (SPEC §5: the most severe wins)."""
         for detector, vote in votes.items():
             if vote[0] == "continue":
-                self.votes.pop(detector, None)
+                if self.votes:
+                    self.votes.pop(detector, None)
             else:
+                if self.votes is None:
+                    self.votes = {}
                 self.votes[detector] = vote
                 if vote[0] == "stop" and self.stop_hold is None:
                     self.stop_hold = (vote[1], vote[2])
@@ -81,7 +86,7 @@ class Session:
             self.verdict, (self.reason, self.message) = "stop", self.stop_hold
             return
         best = ("continue", "", "")
-        for vote in self.votes.values():
+        for vote in (self.votes or _NO_VOTES).values():
             if VERDICT_RANK[vote[0]] > VERDICT_RANK[best[0]]:
                 best = vote
         self.verdict, self.reason, self.message = best
@@ -94,7 +99,7 @@ class Session:
         """Lift an operator pause and any held ``stop``; detectors raise the verdict again if still looping."""
         self.paused = False
         self.stop_hold = None
-        self.votes.clear()
+        self.votes = None
         self.recompute()
 
 

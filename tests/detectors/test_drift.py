@@ -176,3 +176,19 @@ def test_non_coding_session_keeps_no_entries() -> None:
     run.run([make_step("search_web", i=i) for i in range(50)])
     state: DriftState = run.session().states["drift"]
     assert state.reads is state.writes is state.runs is None
+
+
+def test_a_session_that_never_drifts_stores_no_trend_and_a_faded_trend_is_forgotten() -> None:
+    run = DetectorRun("drift")
+    for step in parse("-; R a; R b; OK c"):
+        run.step(step)
+    quiet: DriftState = run.session().states["drift"]
+    assert quiet.ema is DriftState().ema and quiet.last_alert is DriftState().last_alert  # shared, not per session
+    run = DetectorRun("drift")
+    for step in parse("R a; R a; R a"):
+        run.step(step)
+    state: DriftState = run.session().states["drift"]
+    assert state.ema[0] > 0.2 and state.last_alert[0] == 3
+    for step in parse(";".join(["-"] * 400)):
+        run.step(step)
+    assert state.ema is DriftState().ema and state.last_alert[0] == 3

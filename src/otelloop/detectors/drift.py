@@ -80,6 +80,12 @@ class _Hit(NamedTuple):
     times: int
 
 
+_NO_TREND: tuple[float, ...] = (0.0, 0.0, 0.0)
+_NO_ALERT: tuple[int | None, ...] = (None, None, None)
+#: A trend whose every average has decayed below this is forgotten (stored as ``_NO_TREND`` again).
+_FORGOTTEN = 1e-9
+
+
 class DriftState:
     """The file and command steps of the session's window, and each pattern's trend.
 
@@ -96,10 +102,11 @@ class DriftState:
         self.reads: list[_Read] | None = None
         self.writes: list[_Write] | None = None
         self.runs: list[_Run] | None = None
-        #: per pattern (see :data:`PATTERNS`): moving average of "the pattern held at this step"
-        self.ema = [0.0, 0.0, 0.0]
-        #: per pattern: step index of its last alert
-        self.last_alert: list[int | None] = [None, None, None]
+        #: per pattern (see :data:`PATTERNS`): moving average of "the pattern held at this step"; the
+        #: shared all-zero tuple until a pattern is first seen, so a session that never drifts stores none
+        self.ema: tuple[float, ...] = _NO_TREND
+        #: per pattern: step index of its last alert (shared until the first alert)
+        self.last_alert: tuple[int | None, ...] = _NO_ALERT
         #: whether this detector's ``nudge`` vote is in force
         self.nudging = False
 
@@ -126,10 +133,8 @@ class DriftDetector(Detector):
         state.steps += 1
         _forget(state, state.steps - cfg.window)
         hit = self._judge(state, step)
-        alpha = cfg.ema_alpha
-        for i, ema in enumerate(state.ema):
-            x = 1.0 if hit is not None and hit.pattern == i else 0.0
-            state.ema[i] = alpha * x + (1.0 - alpha) * ema
+        if hit is not None or state.ema is not _NO_TREND:
+            state.ema = _trend(state.ema, hit.pattern if hit is not None else -1, cfg.ema_alpha)
         if hit is not None and self._cooled_down(state, hit.pattern):
             self._alert(state, hit, ctx)
         if state.nudging and max(state.ema) <= cfg.escalation_ema:
@@ -179,7 +184,8 @@ class DriftDetector(Detector):
         return last is None or state.steps - last > self.config.cooldown_steps
 
     def _alert(self, state: DriftState, hit: _Hit, ctx: StepContext) -> None:
-        state.last_alert[hit.pattern] = state.steps
+        alerts = state.last_alert
+        state.last_alert = (*alerts[:hit.pattern], state.steps, *alerts[hit.pattern + 1:])
         ema = state.ema[hit.pattern]
         hard = ema > self.config.escalation_ema
         escalation = "hard" if hard else "soft"
@@ -208,6 +214,12 @@ class DriftDetector(Detector):
             "last_alert_step": dict(zip(PATTERNS, state.last_alert)),
             "window_entries": sum(len(entries or ()) for entries in (state.reads, state.writes, state.runs)),
         }
+
+
+def _trend(ema: tuple[float, ...], pattern: int, alpha: float) -> tuple[float, ...]:
+    """Every pattern's moving average after a step at which ``pattern`` held (-1: none did)."""
+    out = tuple(alpha * (1.0 if i == pattern else 0.0) + (1.0 - alpha) * x for i, x in enumerate(ema))
+    return _NO_TREND if max(out) < _FORGOTTEN else out
 
 
 def _write(state: DriftState, step: Step) -> _Hit | None:
