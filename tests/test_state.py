@@ -9,7 +9,7 @@ import sys
 from spans import request, span, tool_span
 
 from otelloop.pipeline import Pipeline
-from otelloop.state import SessionStore
+from otelloop.state import Session, SessionStore
 
 
 class Clock:
@@ -105,3 +105,12 @@ def test_session_count_is_bounded_by_max_sessions_under_a_flood() -> None:
     for n in range(20):
         p.process(p.decode(request(*[tool_span(trace=10_000 * n + k) for k in range(500)])))
     assert len(p.store) == 1000
+
+
+def test_a_session_holds_a_vote_table_only_while_a_vote_is_held() -> None:
+    session = Session("s", 0.0)
+    assert session.votes is None
+    session.apply_votes({"drift": ("nudge", "drift read_loop", "stop re-reading")})
+    assert session.votes == {"drift": ("nudge", "drift read_loop", "stop re-reading")} and session.verdict == "nudge"
+    session.apply_votes({"drift": ("continue", "", "")})
+    assert session.votes is None and session.verdict == "continue"

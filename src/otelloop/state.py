@@ -46,7 +46,7 @@ class Session:
         #: detector name -> that detector's state object
         self.states: dict[str, Any] = {}
         #: detector name -> (verdict, reason, message) for detectors currently raising the verdict
-        #: (None until one does: most sessions never hold a vote)
+        #: (None while none does: most sessions never hold a vote)
         self.votes: dict[str, tuple[str, str, str]] | None = None
         #: (reason, message) of a ``stop`` that holds until an operator resumes
         self.stop_hold: tuple[str, str] | None = None
@@ -70,6 +70,8 @@ class Session:
             if vote[0] == "continue":
                 if self.votes:
                     self.votes.pop(detector, None)
+                    if not self.votes:
+                        self.votes = None
             else:
                 if self.votes is None:
                     self.votes = {}
