@@ -6,5 +6,5 @@ uses the pure-Python reader, which gives the same results more slowly (``otelloo
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("otelloop._scan", ["src/otelloop/_scan.c"], optional=True,
+setup(ext_modules=[Extension("otelloop._scan", ["otelloop/_scan.c"], optional=True,
                              extra_compile_args=["-O2", "-std=c11"])])

@@ -461,4 +461,4 @@ def test_dockerfile_matches_chart() -> None:
     assert re.search(r'^CMD \["serve"\]$', dockerfile, re.M)
     assert re.search(r"^RUN pip install \.", dockerfile, re.M)
     ignored = (REPO / ".dockerignore").read_text().splitlines()
-    assert "*" in ignored and "!src/" in ignored and "!pyproject.toml" in ignored
+    assert "*" in ignored and "!otelloop/" in ignored and "!pyproject.toml" in ignored
