@@ -65,10 +65,6 @@ class Step:
     failure_signature: str | None = None
     state_hash: str | None = None
 
-    @property
-    def duration_s(self) -> float:
-        return max(0, self.end_ns - self.start_ns) / 1e9
-
 
 @dataclass(slots=True)
 class Finding:

@@ -80,9 +80,6 @@ class CachedBackend:
     def cosine(self, a: Any, b: Any) -> float:
         raise NotImplementedError
 
-    def vector(self, text: str) -> Any:
-        return self.vectors([text])[0]
-
     def vectors(self, texts: Sequence[str]) -> list[Any]:
         found: dict[str, Any] = {}
         missing: list[str] = []

@@ -1,6 +1,6 @@
 """otelloop's own Prometheus metrics (SPEC §7): the one table of names, types, help and labels.
 
-Labels are bounded: no trace, session or span ids ever; service, agent and model values are capped
+Labels are bounded: no trace, session or span ids ever; service and model values are capped
 (:data:`LABEL_VALUE_CAP` distinct values each, the rest reported as ``other``).
 """
 
@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from otelloop import __version__
 
-#: Distinct values kept per capped label (service, agent, model); later ones become ``other``.
+#: Distinct values kept per capped label (service, model); later ones become ``other``.
 LABEL_VALUE_CAP = 200
 OTHER = "other"
 
@@ -48,7 +48,6 @@ class Metrics:
         r = self.registry = registry or CollectorRegistry()
         self.service_label = CappedLabel()
         self.model_label = CappedLabel()
-        self.agent_label = CappedLabel()
         self.spans_received = Counter("otelloop_spans_received", "Spans received, by transport.",
                                       ["transport"], registry=r)
         self.spans_refused = Counter(

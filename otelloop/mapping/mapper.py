@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from otelloop.config import Config, MappingRule
@@ -335,6 +334,3 @@ def _kind(span: dict[str, Any]) -> str | None:
         if declared is not None:
             return declared
     return kind_of(span, _KIND_RULES)
-
-
-MappingErrorSink = Callable[[str], None]
