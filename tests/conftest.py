@@ -4,6 +4,9 @@
 End-to-end tests get a background event loop for the async sinks (``loop``), started sinks on 127.0.0.1
 (``grpc_sink``, ``http_sink``), and ``serve``: a factory of real ``otelloop serve`` subprocesses that are
 stopped by their pid after the test.
+
+Tests of an optional extra (``frameworks``, ``semantic``, ``deploy``) skip when it is not installed and
+fail when it is missing under ``OTELLOOP_REQUIRE_EXTRAS=1`` (CI); see ``extras.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import extras
 import pytest
 from served import BackgroundLoop, Served
 from sinks import GrpcSink, HttpSink
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked with an extra's name (``@pytest.mark.semantic``) needs that extra installed."""
+    for extra in extras.EXTRAS:
+        if item.get_closest_marker(extra) is not None:
+            extras.require(extra, module_level=False)
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import extras
 import pytest
-from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
+from served import BackgroundLoop, Served, wait_for
+from sinks import GrpcSink
+from spans import attrs_of, events_of, parse
+
+from otelloop.langgraph import NOTE_NAME, add_verdict_guard
+
+extras.require("frameworks")
+
+from agent_graphs import (  # noqa: E402, F401 (instrumented is a fixture)
     ScriptedChatModel,
     SwitchTracerProvider,
     Tracing,
@@ -33,13 +42,8 @@ from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
     react_builder,
     tool_call,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from served import BackgroundLoop, Served, wait_for
-from sinks import GrpcSink
-from spans import attrs_of, events_of, parse
-
-from otelloop.langgraph import NOTE_NAME, add_verdict_guard
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 

@@ -27,8 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import extras
 import pytest
-from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
+from served import BackgroundLoop, Served, wait_for
+from sinks import GrpcSink
+from spans import attrs_of, events_of, parse
+
+from otelloop.otlp.json_codec import json_to_protobuf, request_to_json
+
+extras.require("frameworks")
+
+from agent_graphs import (  # noqa: E402, F401 (instrumented is a fixture)
     ScriptedChatModel,
     SwitchTracerProvider,
     Tracing,
@@ -39,13 +48,8 @@ from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
     react_graph,
     tool_call,
 )
-from langchain_core.messages import AIMessage
-from langchain_core.tools import tool
-from served import BackgroundLoop, Served, wait_for
-from sinks import GrpcSink
-from spans import attrs_of, events_of, parse
-
-from otelloop.otlp.json_codec import json_to_protobuf, request_to_json
+from langchain_core.messages import AIMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 

@@ -27,8 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import extras
 import pytest
-from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
+from served import BackgroundLoop, Served, wait_for
+from sinks import GrpcSink
+from spans import attrs_of, events_of, parse
+
+extras.require("frameworks")
+
+from agent_graphs import (  # noqa: E402, F401 (instrumented is a fixture)
     ScriptedChatModel,
     SwitchTracerProvider,
     Tracing,
@@ -39,13 +46,10 @@ from agent_graphs import (  # noqa: F401 (instrumented is a fixture)
     oi_node,
     tool_call,
 )
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import ToolException, tool
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from served import BackgroundLoop, Served, wait_for
-from sinks import GrpcSink
-from spans import attrs_of, events_of, parse
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.tools import ToolException, tool  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import extras
 import pytest
-
-pytest.importorskip("langgraph", reason="needs langgraph: pip install langgraph langchain-core")
-
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.graph import START, MessagesState, StateGraph
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
@@ -23,6 +19,11 @@ from otelloop.langgraph import (
     has_pending_tool_calls,
     trace_session_key,
 )
+
+extras.require("frameworks")
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 

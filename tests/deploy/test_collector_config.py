@@ -11,9 +11,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
+import extras
 import pytest
 import yaml
+
+extras.require("deploy")
+
+import helm_python as helm  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "collector-config"

@@ -8,11 +8,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import extras
 import pytest
 import yaml
-from grafana_schema.models import Dashboard
 from promql import SPEC_METRICS, allowed, dashboard, metric_names, panels
 from pydantic import TypeAdapter, ValidationError
+
+extras.require("deploy")
+
+from grafana_schema.models import Dashboard  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "helm" / "otelloop" / "files" / "dashboard.json"

@@ -12,10 +12,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
-import kubernetes_validate
+import extras
 import pytest
 import yaml
+
+extras.require("deploy")
+
+import helm_python as helm  # noqa: E402
+import kubernetes_validate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "otelloop"
