@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import gen_config_docs  # noqa: E402
+import gen_metrics_docs  # noqa: E402
 
 
 def test_every_config_field_states_its_default() -> None:
@@ -18,6 +19,20 @@ def test_every_config_field_states_its_default() -> None:
 def test_configuration_reference_is_current() -> None:
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == gen_config_docs.render(), "run: python scripts/gen_config_docs.py > docs/configuration.md"
+
+
+def test_metrics_reference_is_current() -> None:
+    committed = gen_metrics_docs.DOC.read_text()
+    assert committed == gen_metrics_docs.render(committed), "run: python scripts/gen_metrics_docs.py"
+
+
+def test_metrics_reference_lists_every_metric_once_with_its_labels() -> None:
+    from otelloop.telemetry import METRICS
+
+    rows = [line for line in gen_metrics_docs.DOC.read_text().splitlines() if line.startswith("| `otelloop_")]
+    assert [row.split("`")[1] for row in rows] == [spec.exposed for spec in METRICS]
+    for row, spec in zip(rows, METRICS, strict=True):
+        assert row.split(" | ")[2] == ", ".join(f"`{label}`" for label in spec.labels), row
 
 
 def test_readme_opens_with_install_run_and_test_commands() -> None:

@@ -1,54 +1,92 @@
-"""The metric names of SPEC §7 are all exposed, with the label names SPEC gives them."""
+"""otelloop exposes exactly its contract's metrics, with their labels, types and help, built from one table."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otelloop.telemetry import Metrics
+from otelloop.telemetry import METRICS, Metrics
 
-SPEC = {  # family name as exposed (counters without _total in the family) -> label names
-    "otelloop_spans_received": {"transport"},
-    "otelloop_spans_refused": {"transport", "reason"},
-    "otelloop_spans_exported": set(),
-    "otelloop_spans_export_failed": {"reason"},
+#: The contract: every metric name (as exposed; counters end in ``_total``) and its label names. Written
+#: out here rather than read from the table, so that renaming a metric in code fails this test: the
+#: dashboard, the alert rules and every user's queries depend on these names.
+CONTRACT = {
+    "otelloop_spans_received_total": {"transport"},
+    "otelloop_spans_refused_total": {"transport", "reason"},
+    "otelloop_spans_exported_total": set(),
+    "otelloop_spans_export_failed_total": {"reason"},
     "otelloop_export_queue_spans": set(),
     "otelloop_export_queue_capacity_spans": set(),
     "otelloop_export_duration_seconds": {"outcome"},
     "otelloop_request_duration_seconds": {"transport"},
-    "otelloop_steps": {"kind", "service"},
-    "otelloop_findings": {"detector", "finding", "severity", "service"},
+    "otelloop_steps_total": {"kind", "service"},
+    "otelloop_findings_total": {"detector", "finding", "severity", "service"},
     "otelloop_sessions_active": set(),
     "otelloop_sessions": {"verdict"},
-    "otelloop_sessions_evicted": {"reason"},
+    "otelloop_sessions_evicted_total": {"reason"},
     "otelloop_entropy_score": set(),
-    "otelloop_tokens": {"direction", "service", "model"},
-    "otelloop_cost_usd": {"service", "model"},
-    "otelloop_detector_errors": {"detector"},
-    "otelloop_mapping_errors": {"field"},
-    "otelloop_config_reloads": {"outcome"},
+    "otelloop_tokens_total": {"direction", "service", "model"},
+    "otelloop_cost_usd_total": {"service", "model"},
+    "otelloop_detector_errors_total": {"detector"},
+    "otelloop_mapping_errors_total": {"field"},
+    "otelloop_config_reloads_total": {"outcome"},
     "otelloop_build_info": {"version"},
 }
+#: Label names that would make a series per trace, session, span or request: never allowed.
+UNBOUNDED = {"trace_id", "span_id", "session", "session_id", "trace", "span", "id", "agent_id", "request_id"}
 
 
-def test_every_spec_metric_is_exposed_with_its_labels() -> None:
+def test_the_table_is_the_contract() -> None:
+    assert {spec.exposed: set(spec.labels) for spec in METRICS} == CONTRACT
+    assert len({spec.name for spec in METRICS}) == len(METRICS)
+    for spec in METRICS:
+        assert not UNBOUNDED & set(spec.labels), spec.name
+        assert spec.help.strip() and "\n" not in spec.help, spec.name
+        assert bool(spec.buckets) == (spec.type == "histogram"), spec.name
+
+
+def exposed(m: Metrics) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
+
+
+def test_every_metric_of_the_table_is_exposed_with_its_type_help_and_labels() -> None:
     m = Metrics()
-    m.observe_state(lambda: 0, lambda: {})
-    m.spans_received.labels("grpc").inc()
-    m.spans_refused.labels("http", "invalid").inc()
-    m.spans_export_failed.labels("rejected").inc()
-    m.export_duration.labels("success").observe(0.01)
-    m.request_duration.labels("grpc").observe(0.01)
-    m.steps.labels("tool", "svc").inc()
-    m.findings.labels("divergence", "divergence_suspected", "warn", "svc").inc()
-    m.entropy_score.observe(0.5)
-    m.tokens.labels("input", "svc", "gpt").inc()
-    m.cost.labels("svc", "gpt").inc(0.1)
-    m.detector_errors.labels("drift").inc()
-    m.mapping_errors.labels("cost").inc()
-    families = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
-    for name, labels in SPEC.items():
-        assert name in families, name
-        sample_labels = {k for s in families[name].samples for k in s.labels} - {"le"}
-        assert sample_labels == labels, (name, sample_labels)
-    assert {s.name for s in families["otelloop_spans_received"].samples} >= {"otelloop_spans_received_total"}
+    m.observe_state(lambda: 3, lambda: {"nudge": 1})
+    for spec in METRICS:
+        if spec.attribute is None:
+            continue
+        metric = getattr(m, spec.attribute)
+        child = metric.labels(*(f"{label}-value" for label in spec.labels)) if spec.labels else metric
+        {"counter": lambda: child.inc(), "gauge": lambda: child.set(1),
+         "histogram": lambda: child.observe(0.3)}[spec.type]()
+    families = exposed(m)
+    for spec in METRICS:
+        family = families[spec.name]  # the parser names a counter's family without _total
+        assert family.type == spec.type and family.documentation == spec.help, spec.name
+        sample_names = {s.name for s in family.samples}
+        assert spec.exposed in sample_names or f"{spec.name}_bucket" in sample_names, (spec.name, sample_names)
+        sample_labels = {k for s in family.samples for k in s.labels} - {"le"}
+        assert sample_labels == set(spec.labels), (spec.name, sample_labels)
+    # prometheus_client adds a ``_created`` timestamp family per counter and histogram
+    registered = {name for name in families if not name.endswith("_created")}
+    assert registered == {spec.name for spec in METRICS}, "a metric outside the table is registered"
+
+
+def test_session_gauges_are_read_when_scraped() -> None:
+    m = Metrics()
+    counts = {"nudge": 2}
+    m.observe_state(lambda: 5, lambda: counts)
+    families = exposed(m)
+    assert [s.value for s in families["otelloop_sessions_active"].samples] == [5]
+    by_verdict = {s.labels["verdict"]: s.value for s in families["otelloop_sessions"].samples}
+    assert by_verdict == {"continue": 0, "nudge": 2, "stop": 0, "paused": 0}
+    counts["stop"] = 1
+    assert {s.labels["verdict"]: s.value for s in exposed(m)["otelloop_sessions"].samples}["stop"] == 1
+
+
+@pytest.mark.parametrize("spec", [s for s in METRICS if s.attribute], ids=lambda s: s.name)
+def test_each_metric_attribute_has_its_declared_type(spec) -> None:  # type: ignore[no-untyped-def]
+    m = Metrics()
+    declared = Metrics.__annotations__[spec.attribute]
+    assert type(getattr(m, spec.attribute)).__name__ == declared.strip("'\"")

@@ -9,18 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from otelloop.telemetry import METRICS
+
 DASHBOARD = Path(__file__).resolve().parents[2] / "helm" / "otelloop" / "files" / "dashboard.json"
 
-#: Metric names of SPEC §7 as Prometheus exposes them (counters with ``_total``).
-SPEC_METRICS = {
-    "otelloop_spans_received_total", "otelloop_spans_refused_total", "otelloop_spans_exported_total",
-    "otelloop_spans_export_failed_total", "otelloop_export_queue_spans", "otelloop_export_queue_capacity_spans",
-    "otelloop_export_duration_seconds", "otelloop_request_duration_seconds", "otelloop_steps_total",
-    "otelloop_findings_total", "otelloop_sessions_active", "otelloop_sessions", "otelloop_sessions_evicted_total",
-    "otelloop_entropy_score", "otelloop_tokens_total", "otelloop_cost_usd_total", "otelloop_detector_errors_total",
-    "otelloop_mapping_errors_total", "otelloop_config_reloads_total", "otelloop_build_info",
-}
-HISTOGRAMS = {"otelloop_export_duration_seconds", "otelloop_request_duration_seconds", "otelloop_entropy_score"}
+#: Every name otelloop exposes (counters with ``_total``), from the table the metrics are built from.
+SPEC_METRICS = {spec.exposed for spec in METRICS}
+HISTOGRAMS = {spec.name for spec in METRICS if spec.type == "histogram"}
 PROMQL_WORDS = {"and", "or", "unless", "offset", "bool", "by", "without", "on", "ignoring", "group_left",
                 "group_right", "inf", "nan", "Inf", "NaN"}
 
