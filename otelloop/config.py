@@ -47,11 +47,11 @@ class _Section(BaseModel):
 
 
 class EndpointConfig(_Section):
-    """One listener.
+    """One listener: its address and the largest request it accepts.
 
     Attributes:
         endpoint: ``host:port`` to listen on; port 0 picks a free port.
-        max_request_mib: request size limit after decompression, in MiB. Default: 64.
+        max_request_mib: request size limit after decompression, in MiB.
     """
 
     endpoint: str
@@ -65,37 +65,41 @@ class EndpointConfig(_Section):
 
 
 class GrpcEndpointConfig(EndpointConfig):
-    """The OTLP/gRPC listener.
+    """The OTLP/gRPC listener (``TraceService/Export``).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4317``.
-        max_request_mib: request size limit after decompression, in MiB (RESOURCE_EXHAUSTED beyond it).
-            Default: 64.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port.
+        max_request_mib: request size limit after decompression, in MiB; a larger request gets
+            ``RESOURCE_EXHAUSTED``.
     """
 
     endpoint: str = "0.0.0.0:4317"
 
 
 class HttpEndpointConfig(EndpointConfig):
-    """The OTLP/HTTP listener.
+    """The OTLP/HTTP listener (``POST /v1/traces``, protobuf or JSON, optionally gzip).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4318``.
-        max_request_mib: request size limit after decompression, in MiB (HTTP 413 beyond it; gzip bodies
-            are cut off at the limit, never inflated whole). Default: 64.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port.
+        max_request_mib: request size limit after decompression, in MiB; a larger request gets HTTP 413
+            (gzip bodies are cut off at the limit, never inflated whole).
     """
 
     endpoint: str = "0.0.0.0:4318"
 
 
 class AuthConfig(_Section):
-    """Bearer-token authentication of the OTLP receivers.
+    """Bearer-token authentication of both OTLP receivers.
+
+    A request must carry ``Authorization: Bearer <token>`` with one of the accepted tokens, which are
+    those of all three settings together; when none is configured the receivers accept every request.
+    Tokens are compared in constant time and never logged.
 
     Attributes:
-        bearer_tokens: accepted tokens; empty means no authentication. Default: [].
-        bearer_tokens_file: a file with one accepted token per line (read at start). Default: null.
-        bearer_tokens_env: name of an environment variable holding accepted tokens, comma-separated.
-            Default: null.
+        bearer_tokens: accepted tokens, listed in the configuration.
+        bearer_tokens_file: a file with one accepted token per line, read at start; null: none.
+        bearer_tokens_env: name of an environment variable holding accepted tokens, comma-separated,
+            read at start; null: none.
     """
 
     bearer_tokens: list[str] = []
@@ -104,12 +108,15 @@ class AuthConfig(_Section):
 
 
 class TLSConfig(_Section):
-    """TLS for a listener.
+    """TLS on otelloop's listeners, and client certificates (mTLS) when a client CA is given.
+
+    The certificate serves the OTLP/gRPC, OTLP/HTTP and admin listeners alike; client certificates are
+    demanded on the OTLP listeners, and on the admin listener only with ``admin.require_client_cert``.
 
     Attributes:
-        cert_file: PEM certificate; set with ``key_file`` to serve TLS. Default: null.
-        key_file: PEM private key. Default: null.
-        client_ca_file: PEM CA bundle; set to require client certificates (mTLS). Default: null.
+        cert_file: PEM certificate; set with ``key_file`` to serve TLS; null: plaintext.
+        key_file: PEM private key of ``cert_file``.
+        client_ca_file: PEM CA bundle; set to require client certificates signed by it (mTLS).
     """
 
     cert_file: str | None = None
@@ -122,13 +129,13 @@ class TLSConfig(_Section):
 
 
 class ReceiverConfig(_Section):
-    """OTLP receivers.
+    """The OTLP receivers: where agents and Collectors send their spans.
 
     Attributes:
-        grpc: OTLP/gRPC listener. Default: ``0.0.0.0:4317``, 64 MiB.
-        http: OTLP/HTTP listener. Default: ``0.0.0.0:4318``, 64 MiB.
-        auth: bearer-token authentication. Default: none.
-        tls: TLS (and mTLS) on both listeners. Default: off.
+        grpc: the OTLP/gRPC listener.
+        http: the OTLP/HTTP listener.
+        auth: bearer-token authentication of both listeners.
+        tls: TLS (and mTLS) on the listeners.
     """
 
     grpc: GrpcEndpointConfig = GrpcEndpointConfig()
@@ -141,10 +148,11 @@ class ExporterTLSConfig(_Section):
     """TLS towards the upstream.
 
     Attributes:
-        insecure: plaintext even for a ``grpcs://``/``https://``-less endpoint. Default: derived from the URL.
-        ca_file: PEM CA bundle to verify the upstream (private CAs). Default: system roots.
-        cert_file: client certificate for mTLS to the upstream. Default: null.
-        key_file: client key for mTLS to the upstream. Default: null.
+        insecure: force plaintext (true) or TLS (false); null: as the endpoint's scheme says (TLS for
+            ``grpcs://`` and ``https://``).
+        ca_file: PEM CA bundle to verify the upstream (private CAs); null: the system's roots.
+        cert_file: client certificate for mTLS to the upstream.
+        key_file: client key for mTLS to the upstream.
     """
 
     insecure: bool | None = None
@@ -154,29 +162,29 @@ class ExporterTLSConfig(_Section):
 
 
 class ExporterConfig(_Section):
-    """Where enriched spans go (SPEC §6). Without an endpoint otelloop only detects.
+    """The upstream OTLP backend that receives the enriched spans; without an endpoint otelloop only detects.
+
+    Accepted requests wait in a bounded queue (in memory, or on disk with ``persistent_dir``) and are
+    retried with exponential backoff until the upstream takes them or rejects them for good.
 
     Attributes:
         endpoint: ``grpc://host:port``, ``host:port`` (gRPC), ``grpcs://host:port`` (gRPC with TLS) or
-            ``http(s)://host:port[/path]`` (OTLP/HTTP protobuf; ``/v1/traces`` unless a path is given).
-            Default: null (detect only).
-        protocol: ``grpc`` or ``http/protobuf``; inferred from the endpoint's scheme when it has one.
-            Default: grpc.
-        headers: extra request headers (gRPC metadata), e.g. an API key. Never logged. Default: {}.
-        compression: ``gzip`` or ``none``. Default: gzip.
-        timeout: deadline of one export attempt. Default: 10s.
+            ``http(s)://host:port[/path]`` (OTLP/HTTP protobuf; ``/v1/traces`` unless a path is given);
+            null: nothing is forwarded (detect only).
+        protocol: ``grpc`` or ``http/protobuf``; the endpoint's scheme decides when it has one.
+        headers: extra request headers (gRPC metadata), e.g. an API key. Never logged.
+        compression: ``gzip`` or ``none``.
+        timeout: deadline of one export attempt.
         queue_spans: capacity of the export queue in spans; when full, clients are asked to retry.
-            Default: 100000.
-        persistent_dir: directory of a SQLite-backed queue that survives restarts and crashes; a request is
-            acknowledged to the client only once it is on disk. Default: null (in-memory queue).
+        persistent_dir: directory of a SQLite-backed queue that survives restarts and crashes; a request
+            is acknowledged to the client only once it is on disk; null: the queue is in memory.
         persistent_max_mib: size bound of the persistent queue in MiB of queued requests, besides
-            ``queue_spans``; when either is reached clients are asked to retry. Default: 1024.
-        max_batch_mib: queued requests are coalesced into one upstream request up to this size. Default: 4.
-        retry_initial_interval: first backoff. Default: 1s.
-        retry_max_interval: backoff cap. Default: 30s.
-        shutdown_grace: how long SIGTERM waits for the queue to drain. Default: 30s.
-        tls: TLS settings towards the upstream. Default: plaintext unless the endpoint is ``grpcs://`` or
-            ``https://``.
+            ``queue_spans``; when either is reached clients are asked to retry.
+        max_batch_mib: queued requests are coalesced into one upstream request up to this size.
+        retry_initial_interval: first backoff after a failed attempt; it doubles on each retry.
+        retry_max_interval: backoff cap.
+        shutdown_grace: how long SIGTERM waits for the queue to drain.
+        tls: TLS settings towards the upstream.
     """
 
     endpoint: str | None = None
@@ -195,18 +203,17 @@ class ExporterConfig(_Section):
 
 
 class AdminConfig(_Section):
-    """Admin HTTP listener: ``/metrics``, ``/healthz``, ``/readyz``, ``/v1/sessions``.
+    """The admin HTTP listener: ``/metrics``, ``/healthz``, ``/readyz`` and the ``/v1/sessions`` API.
 
     Attributes:
-        endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
-        token: bearer token required by the write endpoints (pause/resume). Default: null (open).
-        token_file: file holding that token (takes precedence over ``token``). Default: null.
+        endpoint: ``host:port`` to listen on.
+        token: bearer token required by the write endpoints (pause/resume); null: they are open.
+        token_file: file holding that token (takes precedence over ``token``).
         token_env: name of an environment variable holding that token (takes precedence over both).
-            Default: null.
-        read_localhost_only: serve the sessions read API only to loopback clients. Default: false.
-        require_client_cert: when ``receiver.tls`` has a client CA, demand client certificates on the admin
-            listener too (off so that kubelet probes and Prometheus can reach ``/healthz`` and ``/metrics``
-            over plain TLS). Default: false.
+        read_localhost_only: serve the sessions read API only to loopback clients.
+        require_client_cert: when ``receiver.tls`` has a client CA, demand client certificates on the
+            admin listener too (off so that kubelet probes and Prometheus can reach ``/healthz`` and
+            ``/metrics`` over plain TLS).
     """
 
     endpoint: str = "0.0.0.0:9464"
@@ -224,12 +231,16 @@ class AdminConfig(_Section):
 
 
 class StateConfig(_Section):
-    """Per-session detector state (SPEC §8).
+    """Per-session detector state: what a session is and how many are kept.
+
+    All spans of a session must reach the same otelloop process (see docs/architecture.md): with
+    several replicas, route by trace id (``group_by: trace``) or by session.
 
     Attributes:
-        group_by: ``trace`` (a session is a trace) or ``session`` (the session attribute). Default: trace.
-        max_sessions: live sessions kept; the least recently seen is evicted beyond it. Default: 100000.
-        idle_timeout: a session unseen for this long is dropped. Default: 30m.
+        group_by: ``trace`` (a session is a trace) or ``session`` (the session id attribute the mapping
+            reads, e.g. ``session.id`` or ``gen_ai.conversation.id``).
+        max_sessions: live sessions kept; beyond it the least recently seen is evicted.
+        idle_timeout: a session unseen for this long is dropped.
     """
 
     group_by: Literal["trace", "session"] = "trace"
@@ -238,11 +249,14 @@ class StateConfig(_Section):
 
 
 class ModelPrice(_Section):
-    """USD per million tokens of one model.
+    """The price of one model, in USD per million tokens.
+
+    Used to compute the cost of a step whose span carries token counts but no cost attribute; the key
+    is the model name as the span reports it (``gen_ai.request.model`` or its equivalents).
 
     Attributes:
-        input_per_mtok: price of a million input tokens. Default: 0.
-        output_per_mtok: price of a million output tokens. Default: 0.
+        input_per_mtok: price of a million input tokens.
+        output_per_mtok: price of a million output tokens.
     """
 
     input_per_mtok: float = Field(0.0, ge=0)
@@ -250,16 +264,19 @@ class ModelPrice(_Section):
 
 
 class MappingRule(_Section):
-    """An extra mapping rule: spans matching ``match`` get the given step fields.
+    """An extra mapping rule: spans that match it become steps of the given kind.
+
+    Rules are tried in order, before the built-in conventions; the first rule that matches decides.
 
     Attributes:
         match: attribute key → required string value (``"*"`` means "present"); all must hold.
-        span_name: a regular expression the span name must match (optional).
-        kind: the step kind to assign (``tool``, ``llm``, ``system`` or ``ignore``).
-        name_attribute: attribute holding the step name (optional).
-        session_attribute: attribute holding the session id (optional, ``group_by: session``).
-        args_attribute: attribute holding the arguments (optional).
-        output_attribute: attribute holding the output (optional).
+        span_name: a regular expression the span name must match; null: any name.
+        kind: the step kind to assign: ``tool``, ``llm``, ``system``, or ``ignore`` (not a step).
+        name_attribute: attribute holding the step name; null: the built-in conventions decide.
+        session_attribute: attribute holding the session id (``state.group_by: session``); null: the
+            built-in conventions decide.
+        args_attribute: attribute holding the arguments; null: the built-in conventions decide.
+        output_attribute: attribute holding the output; null: the built-in conventions decide.
     """
 
     match: dict[str, str] = {}
@@ -282,15 +299,16 @@ class MappingRule(_Section):
 
 
 class ToolClassesConfig(_Section):
-    """Which tools read, write or execute (used for file / command steps).
+    """Which tools read files, write files or run commands, for the file and command steps of drift.
 
-    Patterns are shell-style globs matched case-insensitively against the tool name; the defaults cover
-    OpenHands, Claude Code, SWE-agent, LangChain file tools and the usual ``read_file``/``run_command``.
+    Patterns are shell-style globs matched case-insensitively against the tool name; the built-in
+    lists cover OpenHands, Claude Code, SWE-agent, LangChain file tools and the usual
+    ``read_file``/``run_command``. A list given here replaces the built-in one of its class.
 
     Attributes:
-        read: read-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_READ``.
-        write: write/edit-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_WRITE``.
-        exec: command-tool patterns. Default: see ``otelloop.mapping.tools.DEFAULT_EXEC``.
+        read: read-tool patterns; null: ``otelloop.mapping.tools.DEFAULT_READ``.
+        write: write/edit-tool patterns; null: ``otelloop.mapping.tools.DEFAULT_WRITE``.
+        exec: command-tool patterns; null: ``otelloop.mapping.tools.DEFAULT_EXEC``.
     """
 
     read: list[str] | None = None
@@ -299,14 +317,14 @@ class ToolClassesConfig(_Section):
 
 
 class MappingConfig(_Section):
-    """Span → step mapping extras (SPEC §3).
+    """How spans become agent steps, beyond the built-in conventions.
 
     Attributes:
-        rules: extra rules tried before the built-in conventions. Default: [].
-        tools: tool classification patterns. Default: the built-in patterns for common coding agents.
+        rules: extra rules, tried in order before the built-in conventions.
+        tools: tool classification patterns.
         max_text_bytes: longest attribute value (as encoded) that is read, parsed and hashed in
             canonical form; longer values are neither copied nor parsed but hashed by their bytes as
-            sent. Default: 65536.
+            sent.
     """
 
     rules: list[MappingRule] = []
@@ -315,29 +333,43 @@ class MappingConfig(_Section):
 
 
 class EnrichConfig(_Section):
-    """How findings appear on forwarded spans.
+    """How findings appear on the forwarded spans, besides the ``otelloop.*`` events and attributes.
 
     Attributes:
         langfuse_attributes: also set ``langfuse.observation.level=WARNING`` and
-            ``langfuse.observation.status_message`` on spans with findings. Default: false.
+            ``langfuse.observation.status_message`` on spans with findings.
     """
 
     langfuse_attributes: bool = False
 
 
 class LimitsConfig(_Section):
-    """Process protection.
+    """Process protection: refuse work (retryably) before the process runs out of memory.
 
     Attributes:
-        memory_mib: refuse new requests (retryably) above this resident size; 0 disables.
-            Default: 80% of the container's cgroup memory limit when there is one, else 0.
+        memory_mib: refuse new requests, asking clients to retry, while the resident size is above this
+            many MiB; 0 disables the guard; null: 80% of the container's cgroup memory limit when there
+            is one, else no guard.
     """
 
     memory_mib: float | None = Field(None, ge=0)
 
 
 class Config(_Section):
-    """The whole configuration. Each section is documented on its own class."""
+    """The whole configuration: one YAML file whose top-level keys are these sections.
+
+    Attributes:
+        receiver: the OTLP receivers.
+        exporter: the upstream that receives the enriched spans.
+        admin: the admin HTTP listener (metrics, health, sessions API).
+        state: per-session state: what a session is and how many are kept.
+        pricing: model name → price, for steps that report tokens but no cost.
+        mapping: how spans become agent steps.
+        enrich: how findings appear on the forwarded spans.
+        limits: process protection.
+        detectors: detector name → its settings; every registered detector runs with its defaults
+            unless configured here (``enabled: false`` turns one off).
+    """
 
     receiver: ReceiverConfig = ReceiverConfig()
     exporter: ExporterConfig = ExporterConfig()
@@ -347,7 +379,7 @@ class Config(_Section):
     mapping: MappingConfig = MappingConfig()
     enrich: EnrichConfig = EnrichConfig()
     limits: LimitsConfig = LimitsConfig()
-    #: detector name → its validated configuration (filled for every registered detector).
+    #: filled with a validated configuration for every registered detector by :func:`build_config`
     detectors: dict[str, Any] = {}
 
     def detector(self, name: str) -> DetectorConfig:

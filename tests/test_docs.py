@@ -1,9 +1,19 @@
-"""Documentation that is derived from code stays true: every config field documented with its default."""
+"""Documentation derived from code stays true, and says something: the configuration reference (keys,
+types, defaults, required keys, environment variables) and the metrics reference."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from otelloop import config as cfg
+from otelloop.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -11,14 +21,168 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gen_config_docs  # noqa: E402
 import gen_metrics_docs  # noqa: E402
 
+CONFIG_DOC = ROOT / "docs" / "configuration.md"
 
-def test_every_config_field_states_its_default() -> None:
+
+class Row:
+    def __init__(self, cells: list[str]) -> None:
+        self.key, self.type, self.default, self.description = cells
+
+
+def reference() -> tuple[dict[str, str], dict[str, Row]]:
+    """The committed configuration reference: section path → summary, and full key path → its row."""
+    summaries: dict[str, str] = {}
+    rows: dict[str, Row] = {}
+    section = None
+    lines = CONFIG_DOC.read_text().splitlines()
+    for i, line in enumerate(lines):
+        heading = re.fullmatch(r"#{2,3} (?:`(.+)`|Top-level keys)", line)
+        if heading:
+            section = heading.group(1) or ""
+            summaries[section] = lines[i + 2] if i + 2 < len(lines) else ""
+        elif line.startswith("## "):
+            section = None
+        elif section is not None and line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            row = Row(cells)
+            name = row.key.strip("`")
+            rows[f"{section}.{name}" if section else name] = row
+    return summaries, rows
+
+
+def test_every_config_key_and_section_is_described() -> None:
     assert gen_config_docs.undocumented() == []
 
 
+def test_defaults_stated_in_docstrings_agree_with_the_code() -> None:
+    assert gen_config_docs.stale_defaults() == []
+
+
 def test_configuration_reference_is_current() -> None:
-    committed = (ROOT / "docs" / "configuration.md").read_text()
-    assert committed == gen_config_docs.render(), "run: python scripts/gen_config_docs.py > docs/configuration.md"
+    assert CONFIG_DOC.read_text() == gen_config_docs.render(), (
+        "run: python scripts/gen_config_docs.py > docs/configuration.md")
+
+
+def test_configuration_reference_lists_no_internals() -> None:
+    _, rows = reference()
+    assert rows, "no key rows found"
+    assert not [p for p in rows if "__" in p or re.search(r"(^|\.)_", p)]
+    assert "pydantic" not in CONFIG_DOC.read_text().lower()
+
+
+def _walk(path: str, value: Any, sections: set[str], rows: dict[str, Row], seen: set[str]) -> None:
+    """Check every leaf key under ``path``: documented, with the default the code has."""
+    if isinstance(value, dict) and (path in sections or path == ""):
+        for k, v in value.items():
+            _walk(f"{path}.{k}" if path else k, v, sections, rows, seen)
+        return
+    assert path in rows, f"{path} is not in docs/configuration.md"
+    seen.add(path)
+    if isinstance(value, dict) and f"{path}.<name>" in sections:
+        for v in value.values():
+            _walk(f"{path}.<name>", v, sections, rows, seen)
+    elif isinstance(value, list) and f"{path}[]" in sections:
+        for v in value:
+            _walk(f"{path}[]", v, sections, rows, seen)
+
+
+def _effective(config: cfg.Config) -> dict[str, Any]:
+    data = config.model_dump()
+    data["detectors"] = {name: c.model_dump() for name, c in config.detectors.items()}
+    return data
+
+
+def test_every_key_of_the_default_configuration_is_documented_with_its_default() -> None:
+    summaries, rows = reference()
+    sections = set(summaries)
+    seen: set[str] = set()
+    _walk("", _effective(cfg.build_config({})), sections, rows, seen)
+    for path in seen:
+        row = rows[path]
+        if row.default.startswith("see ") or row.default == "**required**":
+            continue
+        actual = _effective(cfg.build_config({}))
+        for part in path.split("."):
+            actual = actual[part]
+        documented = yaml.safe_load(row.default.strip("`"))
+        if row.type.startswith("duration"):
+            documented = parse_duration(documented)
+        assert documented == actual, (path, row.default, actual)
+
+
+def test_list_and_mapping_entries_are_documented() -> None:
+    summaries, rows = reference()
+    example = cfg.build_config({
+        "pricing": {"gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10}},
+        "mapping": {"rules": [{"kind": "tool", "match": {"tool.name": "*"}, "name_attribute": "tool.name"}]},
+    })
+    seen: set[str] = set()
+    _walk("", _effective(example), set(summaries), rows, seen)
+    assert {"pricing.<name>.input_per_mtok", "mapping.rules[].kind", "mapping.rules[].match"} <= seen
+
+
+def test_required_keys_are_marked_and_only_they() -> None:
+    _, rows = reference()
+    marked = {path for path, row in rows.items() if row.default == "**required**"}
+    assert marked == {"mapping.rules[].kind"}  # the only key a valid configuration must write
+    with pytest.raises(cfg.ConfigError, match=r"mapping\.rules\.0\.kind"):
+        cfg.build_config({"mapping": {"rules": [{"match": {"a": "b"}}]}})
+    assert {k.path for k in gen_config_docs.all_keys() if k.required} == marked
+
+
+def test_every_section_has_a_summary_of_its_own() -> None:
+    summaries, _ = reference()
+    for path, summary in summaries.items():
+        assert len(summary.split()) >= 3 and summary.strip("`.") != path, (path, summary)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Environment variables
+
+_NAME = re.compile(r"(?:OTELLOOP|OTEL)_[A-Z0-9_]*[A-Z0-9]")
+
+
+class RecordingEnv(dict[str, str]):
+    """An empty environment that records every variable asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.asked.append(key)
+        return default
+
+
+def names_read_by_the_code() -> set[str]:
+    """``OTELLOOP_*``/``OTEL_*`` names in otelloop's sources and setup.py, and those the OTLP exporter
+    variables are built from (``f"OTEL_EXPORTER_OTLP_TRACES_{name}"``), asked of a recording environment."""
+    names: set[str] = set()
+    prefixes: set[str] = set()
+    for path in [*sorted((ROOT / "otelloop").rglob("*.py")), ROOT / "setup.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if _NAME.fullmatch(node.value):
+                    names.add(node.value)
+                elif re.fullmatch(r"(?:OTELLOOP|OTEL)_[A-Z0-9_]*_", node.value):
+                    prefixes.add(node.value)
+    env = RecordingEnv()
+    cfg.apply_otlp_env({}, env)
+    asked = {n for n in env.asked if _NAME.fullmatch(n)}
+    for prefix in prefixes:
+        assert any(n.startswith(prefix) for n in asked), f"{prefix}… is read in a way this test cannot see"
+    return names | asked
+
+
+def test_every_environment_variable_read_is_documented() -> None:
+    text = CONFIG_DOC.read_text()
+    section = text[text.index("## Environment variables"):]
+    read = names_read_by_the_code()
+    assert {"OTELLOOP_LOG_LEVEL", "OTELLOOP_PURE_PYTHON", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_HEADERS"} <= read
+    assert [n for n in sorted(read) if f"`{n}`" not in section] == []
+    documented = set(_NAME.findall(section)) - {"OTEL_EXPORTER_OTLP", "OTEL_EXPORTER_OTLP_TRACES"}
+    assert documented - read == set(), "documented but never read"
 
 
 def test_metrics_reference_is_current() -> None:

@@ -216,7 +216,7 @@ def _version() -> str:
 @pytest.mark.parametrize("required, builds", [(True, False), (False, True)], ids=["required", "optional"])
 def test_a_failing_compiler_fails_only_the_build_that_requires_the_native_reader(
         tmp_path: Path, required: bool, builds: bool) -> None:
-    """``pip install`` falls back to the pure-Python reader; the image build (OTELLOOP_REQUIRE_NATIVE) fails."""
+    """``pip install`` falls back to the pure-Python reader; the image's build (REQUIRE_NATIVE) fails."""
     for rel in ("setup.py", "pyproject.toml", "README.md", "otelloop/_scan.c"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, tmp_path / rel)
