@@ -64,6 +64,14 @@ class Step:
     failing_tests: int | None = None
     failure_signature: str | None = None
     state_hash: str | None = None
+    #: What the result text says (``otelloop.mapping.results``: BLANK, FAILED bits); 0 when unknown.
+    result_flags: int = 0
+    #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: whether the
+    #: step brought something new (None: it cannot tell), how many times in a row this same call has
+    #: now given this same result, and the session's count of steps that brought something new.
+    novel: bool | None = None
+    repeats: int = 0
+    progress: int = 0
 
     @property
     def duration_s(self) -> float:
