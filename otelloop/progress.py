@@ -78,7 +78,7 @@ def _result_key(step: Step) -> int | None:
     result by its canonical hash — whichever tool returned it.
     """
     if step.outcome == "error":
-        return hash(("error", step.name, step.error_signature))
+        return hash(("error", step.name, step.error_hash))
     if step.tool_class == "write":
         if step.content_hash is not None:
             return hash(("file", step.file_path, step.content_hash))

@@ -64,7 +64,7 @@ class StallConfig(DetectorConfig):
         max_cycle_cost_usd: cost of a cycle's nodes' turns, including the tool and LLM steps seen
             while one of its turns was current. Default: null.
         repeated_output_threshold: consecutive turns of a node with the same output hash that halt
-            as ``stalled``. Default: 3.
+            as ``stalled``. Default: 4 (``seed`` profile: 3).
         unchanged_diff_threshold: consecutive turns of a node with the same diff hash that halt as
             ``stalled``. Default: 2.
         unchanged_failures_threshold: consecutive turns of a node with the same failure signature, or
@@ -78,10 +78,12 @@ class StallConfig(DetectorConfig):
             naming the same next node, a tool-executor node, an SDK's per-turn wrapper — never halts as
             stalled. Default: true (``seed`` profile: false).
         budgets: ``strict``: a turn over a budget halts; ``no_progress``: a turn over a budget halts
-            only when the session made no progress since the node's previous turn, so a budget left at
-            its built-in value stops an agent that spends turns without result, not an agent that is
-            simply working for long. A budget written in the configuration file is always strict.
-            Default: ``no_progress`` (``seed`` profile: ``strict``).
+            only after ``stale_turns`` turns of the node in a row without progress in the session, so a
+            budget left at its built-in value stops an agent that spends turns without result, not an
+            agent that is simply working for long. A budget written in the configuration file is always
+            strict. Default: ``no_progress`` (``seed`` profile: ``strict``).
+        stale_turns: turns of a node in a row without progress after which an exceeded budget halts
+            under ``budgets: no_progress``. Default: 3.
     """
 
     max_turns_per_node: int | None = Field(6, ge=1)
@@ -90,12 +92,13 @@ class StallConfig(DetectorConfig):
     max_node_runtime: Duration | None = None
     max_cycle_runtime: Duration | None = None
     max_cycle_cost_usd: float | None = Field(None, ge=0)
-    repeated_output_threshold: int = Field(3, ge=2, le=MAX_SIGNAL_RUN)
+    repeated_output_threshold: int = Field(4, ge=2, le=MAX_SIGNAL_RUN)
     unchanged_diff_threshold: int = Field(2, ge=2, le=MAX_SIGNAL_RUN)
     unchanged_failures_threshold: int = Field(3, ge=2, le=MAX_SIGNAL_RUN)
     detect_oscillation: bool = True
     progress_aware: bool = True
     budgets: Literal["strict", "no_progress"] = "no_progress"
+    stale_turns: int = Field(3, ge=1)
 
 
 class NodeStats:
@@ -116,8 +119,8 @@ class NodeStats:
         "name",
         "outputs",
         "progress",
-        "progressed",
         "runtime_ns",
+        "stale",
         "turns",
     )
 
@@ -134,10 +137,10 @@ class NodeStats:
         self.diffs: tuple[str | None, ...] = ()
         self.failures: tuple[str | None, ...] = ()
         self.failing: tuple[int | None, ...] = ()
-        #: the session's progress count (``Step.progress``) at this node's latest turn, and whether it
-        #: had grown since the turn before
+        #: the session's progress count (``Step.progress``) at this node's latest turn, and the node's
+        #: turns in a row (up to the latest) after which it had not grown
         self.progress = 0
-        self.progressed = False
+        self.stale = 0
 
 
 class Cycle:
@@ -227,7 +230,8 @@ class StallDetector(Detector):
 
     name: ClassVar[str] = "stall"
     Config: ClassVar[type[DetectorConfig]] = StallConfig
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False, "budgets": "strict"}}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
+        "seed": {"progress_aware": False, "budgets": "strict", "repeated_output_threshold": 3}}
     config: StallConfig
 
     def new_state(self) -> StallState:
@@ -276,9 +280,10 @@ class StallDetector(Detector):
             if cycle is not None and cycle.anchor is node and graph.cycles.get(previous.id) is cycle:
                 node.iterations += 1
         graph.turn_start, graph.turn_end = step.start_ns, step.end_ns
-        node.progressed = node.turns > 0 and step.progress != node.progress
+        progressed = node.turns > 0 and step.progress != node.progress
+        node.stale = 0 if progressed else node.stale + 1
         node.progress = step.progress
-        if node.progressed and self.config.progress_aware:
+        if progressed and self.config.progress_aware:
             node.outputs = node.diffs = node.failures = ()
             node.failing = ()
         node.turns += 1
@@ -328,9 +333,9 @@ class StallDetector(Detector):
         return []
 
     def _enforced(self, key: str, node: NodeStats) -> bool:
-        """Whether an exceeded budget halts: always when strict, else only a turn without progress."""
+        """Whether an exceeded budget halts: always when strict, else only after turns without progress."""
         cfg = self.config
-        return cfg.budgets == "strict" or key in cfg.model_fields_set or not node.progressed
+        return cfg.budgets == "strict" or key in cfg.model_fields_set or node.stale >= cfg.stale_turns
 
     def _signals(self, node: NodeStats) -> list[_Halt]:
         """The stall signals the node's latest turn completes."""

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from otelloop.mapping.results import normalise_result, result_flags
+from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
 VOLATILE_OUTPUT_KEYS = frozenset({
@@ -74,7 +74,8 @@ class Canonicalizer:
     def __init__(self, max_text_bytes: int = 65536) -> None:
         self.max_text_bytes = max_text_bytes
         self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
-        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty)
+        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty, flags)
+        self._errors = Memo(max_text_bytes)  # error text → (hash, flags)
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
         """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
@@ -107,6 +108,15 @@ class Canonicalizer:
             result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
         self._outputs.remember(raw, result, len(raw))
         return result
+
+    def error(self, text: str) -> tuple[int, int]:
+        """An error's text → (hash of it with only its volatile parts normalised — counts such as
+        ``3 failed`` stay, unlike in :func:`error_signature` —, its results flags with FAILED set)."""
+        hit = self._errors.get(text)
+        if hit is None:
+            hit = (hash_text(normalise_result(text)), result_flags(text, False) | FAILED)
+            self._errors.remember(text, hit, len(text))
+        return hit
 
     @staticmethod
     def oversized(value: Any) -> tuple[int, str]:
