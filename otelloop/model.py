@@ -68,12 +68,16 @@ class Step:
     error_hash: int | None = None
     #: What the result text says (``otelloop.mapping.results``: BLANK, FAILED bits); 0 when unknown.
     result_flags: int = 0
-    #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: whether the
-    #: step brought something new (None: it cannot tell), how many times in a row this same call has
-    #: now given this same result, and the session's count of steps that brought something new.
+    #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: what the
+    #: step's effect is identified by (None: unknown), whether it brought something new (None: it
+    #: cannot tell), how many times in a row this same call has now given this same result, the
+    #: session's count of steps that brought something new, and the tool steps in a row up to this
+    #: one that brought nothing new.
+    result: int | None = None
     novel: bool | None = None
     repeats: int = 0
     progress: int = 0
+    stale: int = 0
 
     @property
     def duration_s(self) -> float:

@@ -12,7 +12,8 @@ judgement, made once per step before the detectors run, and written on the step:
   steps, tools whose spans carry no output).
 - ``Step.repeats``: how many times in a row this same call (tool and arguments) has now given this same
   result, counting occurrences of the call wherever they fall in the session (1 for a first result).
-- ``Step.progress``: how many steps of the session have brought something new so far.
+- ``Step.progress``: how many steps of the session have brought something new so far, and
+  ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new.
 
 State per session is a few small integer arrays (results remembered, recent calls), bounded whatever the
 session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as new again.
@@ -38,7 +39,7 @@ _MASK64 = (1 << 64) - 1
 class ProgressState:
     """Result keys seen in the session and the last result of recent calls, as flat integer arrays."""
 
-    __slots__ = ("calls", "count", "seen")
+    __slots__ = ("calls", "count", "seen", "stale")
 
     def __init__(self) -> None:
         #: result keys, oldest first (a ring of at most MAX_RESULTS)
@@ -47,21 +48,27 @@ class ProgressState:
         self.calls: array[int] | None = None
         #: steps of the session that brought something new
         self.count = 0
+        #: tool steps in a row, up to the latest, that brought nothing new
+        self.stale = 0
 
 
 def observe(state: ProgressState, step: Step) -> None:
     """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``, ``progress``)."""
     if step.kind == "tool":
-        key = result_key(step)
+        key = step.result = result_key(step)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
             step.novel = _remember_result(state, key) and not step.result_flags & BLANK
             step.repeats = _remember_call(state, call, key)
             if step.novel:
                 state.count += 1
+                state.stale = 0
+            else:
+                state.stale += 1
         else:
             step.repeats = _remember_call(state, call, 0)
     step.progress = state.count
+    step.stale = state.stale
 
 
 def result_key(step: Step) -> int | None:

@@ -250,6 +250,7 @@ class DriftDetector(Detector):
                 "otelloop.drift.target": target,
                 "otelloop.drift.ema": ema,
                 "otelloop.drift.escalation": escalation,
+                **({"otelloop.drift.count": hit.times} if self.config.progress_aware else {}),
             },
             message=f"drift {pattern} on {target!r}: {escalation} (EMA {ema:.3g})"
                     + (f", held {hit.times} times: stop" if stops else ""),

@@ -15,7 +15,6 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
-from otelloop.progress import result_key
 
 #: (intent, tool_call, action_status) of one step, plus its result when progress-aware; compared by
 #: exact equality.
@@ -176,5 +175,5 @@ class EntropyDetector(Detector):
 
 def _result(step: Step) -> int:
     """What a step's result is identified by (0 when unknown)."""
-    key = result_key(step) if step.kind == "tool" else step.output_hash
+    key = step.result if step.kind == "tool" else step.output_hash
     return key or 0

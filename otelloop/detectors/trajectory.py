@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
-from otelloop.model import Finding, Step
+from otelloop.model import AttrValue, Finding, Step
 from otelloop.similarity import (
     Similarity,
     embedding_unavailable_message,
@@ -215,7 +215,7 @@ class TrajectoryDetector(Detector):
         ctx.set_attribute("otelloop.loop_score", state.score)
         ctx.set_attribute("otelloop.intervention", state.level)
         if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
-            ctx.report(_intervention(state, list(signals)))
+            ctx.report(_intervention(state, list(signals), step if cfg.progress_aware else None))
         self._vote(state, ctx)
 
     def summary(self, state: TrajectoryState) -> dict[str, Any]:
@@ -424,18 +424,25 @@ def _nudge_message(level: Level, signals: dict[str, _Signal]) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def _intervention(state: TrajectoryState, types: list[str]) -> Finding:
+def _intervention(state: TrajectoryState, types: list[str], step: Step | None) -> Finding:
+    """The event of a rise in level; progress-aware, it also says what was missing: how many tool steps
+    in a row brought nothing new, and the result this step repeated."""
     action = state.level
+    attributes: dict[str, AttrValue] = {
+        "otelloop.action": action,
+        "otelloop.loop_score": state.score,
+        "otelloop.loop_types": types,
+        "otelloop.nudge_message": state.message,
+    }
+    if step is not None:
+        attributes["otelloop.steps_without_progress"] = step.stale
+        if step.novel is False and step.result is not None:
+            attributes["otelloop.repeated_result"] = format(step.result, "016x")
     return Finding(
         detector=TrajectoryDetector.name,
         event="otelloop.intervention",
         severity=_SEVERITY[action],  # type: ignore[arg-type]
-        attributes={
-            "otelloop.action": action,
-            "otelloop.loop_score": state.score,
-            "otelloop.loop_types": types,
-            "otelloop.nudge_message": state.message,
-        },
+        attributes=attributes,
         message=f"trajectory {action}: loop score {state.score:g} "
                 f"({', '.join(types) or 'threshold change'}): {state.message}",
     )
