@@ -16,11 +16,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from otelloop.detectors.base import DetectorConfig
 from otelloop.units import Duration, parse_duration  # noqa: F401  (re-exported)
 from otelloop.detectors.registry import registered
+
+
+#: Detector profiles: ``default`` is tuned to tell loops from progress on real agent traces; ``seed``
+#: reproduces the source designs' algorithms and defaults exactly (see docs/detectors.md).
+PROFILES: tuple[str, ...] = ("default", "seed")
+DEFAULT_PROFILE = "default"
 
 
 class ConfigError(ValueError):
@@ -381,9 +387,15 @@ class Config(_Section):
     limits: LimitsConfig = LimitsConfig()
     #: filled with a validated configuration for every registered detector by :func:`build_config`
     detectors: dict[str, Any] = {}
+    _profile: str = PrivateAttr(DEFAULT_PROFILE)
 
     def detector(self, name: str) -> DetectorConfig:
         return self.detectors[name]
+
+    @property
+    def detector_profile(self) -> str:
+        """``detectors.profile``: the set of detector defaults in force (``default`` or ``seed``)."""
+        return self._profile
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -469,15 +481,20 @@ def _format_errors(model: type[BaseModel], err: ValidationError, prefix: tuple[A
     return lines
 
 
-def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], list[str]]:
+def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], str, list[str]]:
+    """Each registered detector's config: the profile's defaults, overridden by the file's section."""
     classes = registered()
     errors: list[str] = []
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        return {}, [f"detectors: must be a mapping, got {_json(raw)}"]
+        return {}, DEFAULT_PROFILE, [f"detectors: must be a mapping, got {_json(raw)}"]
+    profile = raw.get("profile", DEFAULT_PROFILE)
+    if profile not in PROFILES:
+        errors.append(f"detectors.profile: must be one of {', '.join(PROFILES)}, got {_json(profile)}")
+        profile = DEFAULT_PROFILE
     for name in raw:
-        if name not in classes:
+        if name != "profile" and name not in classes:
             errors.append(f"detectors.{name}: unknown detector (known: {', '.join(classes)})")
     out: dict[str, DetectorConfig] = {}
     for name, cls in classes.items():
@@ -486,10 +503,10 @@ def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], list[str]]
             errors.append(f"detectors.{name}: must be a mapping, got {_json(section)}")
             continue
         try:
-            out[name] = cls.Config.model_validate(dict(section))
+            out[name] = cls.Config.model_validate({**cls.profiles.get(profile, {}), **section})
         except ValidationError as e:
             errors.extend(_format_errors(cls.Config, e, ("detectors", name)))
-    return out, errors
+    return out, profile, errors
 
 
 def build_config(raw: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> Config:
@@ -508,13 +525,15 @@ def build_config(raw: Mapping[str, Any] | None, env: Mapping[str, str] | None = 
         cfg = Config.model_validate(raw)
     except ValidationError as e:
         errors.extend(_format_errors(Config, e))
-    detectors, det_errors = _validate_detectors(detectors_raw)
+    detectors, profile, det_errors = _validate_detectors(detectors_raw)
     errors.extend(det_errors)
     if cfg is not None:
         errors.extend(_cross_checks(cfg))
     if errors or cfg is None:
         raise ConfigError(errors)
-    return cfg.model_copy(update={"detectors": detectors})
+    built = cfg.model_copy(update={"detectors": detectors})
+    built._profile = profile
+    return built
 
 
 def _cross_checks(cfg: Config) -> list[str]:
@@ -669,7 +688,8 @@ def apply_otlp_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any
 def effective_config(cfg: Config) -> dict[str, Any]:
     """The configuration in force as plain data (secrets masked), for ``check-config``."""
     data = cfg.model_dump(mode="json")
-    data["detectors"] = {k: v.model_dump(mode="json") for k, v in cfg.detectors.items()}
+    data["detectors"] = {"profile": cfg.detector_profile,
+                         **{k: v.model_dump(mode="json") for k, v in cfg.detectors.items()}}
     if data["exporter"]["headers"]:
         data["exporter"]["headers"] = {k: "***" for k in data["exporter"]["headers"]}
     if data["admin"]["token"]:

@@ -64,6 +64,20 @@ class Step:
     failing_tests: int | None = None
     failure_signature: str | None = None
     state_hash: str | None = None
+    #: Hash of the error text with its volatile parts normalised but its counts kept (None: no error).
+    error_hash: int | None = None
+    #: What the result text says (``otelloop.mapping.results``: BLANK, FAILED bits); 0 when unknown.
+    result_flags: int = 0
+    #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: what the
+    #: step's effect is identified by (None: unknown), whether it brought something new (None: it
+    #: cannot tell), how many times in a row this same call has now given this same result, the
+    #: session's count of steps that brought something new, and the tool steps in a row up to this
+    #: one that brought nothing new.
+    result: int | None = None
+    novel: bool | None = None
+    repeats: int = 0
+    progress: int = 0
+    stale: int = 0
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from otelloop.model import VERDICT_RANK, Finding
+from otelloop.progress import ProgressState
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class Session:
     __slots__ = (
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
-        "message", "findings", "loop_score", "entropy_score",
+        "message", "findings", "loop_score", "entropy_score", "progress",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -59,6 +60,8 @@ class Session:
         #: latest trajectory and entropy scores, for the sessions API
         self.loop_score: float | None = None
         self.entropy_score: float | None = None
+        #: what the session's steps brought that was new (``otelloop.progress``); None until a step
+        self.progress: ProgressState | None = None
 
     def remember(self, finding: Finding) -> None:
         entry = (finding.detector, finding.event, finding.severity, finding.message)

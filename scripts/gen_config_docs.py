@@ -300,6 +300,8 @@ def _detector_sections() -> list[Section]:
                   "the defaults below, unless its section says `enabled: false`.",
                   ["What each detector looks for, and the events, attributes and verdicts it produces, is "
                    "described in [detectors.md](detectors.md)."])
+    top.keys.append(Key("detectors.profile", "profile", " \\| ".join(f"`{p}`" for p in cfg.PROFILES),
+                        f"`{cfg.DEFAULT_PROFILE}`", False, PROFILE_TEXT, value=cfg.DEFAULT_PROFILE))
     out = [top]
     for name, cls in detectors.items():
         path = f"detectors.{name}"
@@ -309,8 +311,24 @@ def _detector_sections() -> list[Section]:
         notes = [_markdown(p) for p in _paragraphs(cls.Config.__doc__ or "")]
         if notes:  # the config docstring opens with its own key, e.g. "``detectors.rate``."
             notes[0] = re.sub(rf"^`{re.escape(path)}`\.?\s*", "", notes[0])
-        out += _model_sections(path, cls.Config, summary, [n for n in notes if n])
+        sections = _model_sections(path, cls.Config, summary, [n for n in notes if n])
+        _note_profiles(sections[0], cls.profiles)
+        out += sections
     return out
+
+
+PROFILE_TEXT = ("The set of detector defaults in force. `default` is tuned on recorded runs of real agent "
+                "frameworks to stop loops early and leave healthy repetition alone; `seed` reproduces the "
+                "source designs' algorithms and numbers exactly. A value written in a detector's section wins "
+                "over either profile. See [detectors.md](detectors.md#profiles).")
+
+
+def _note_profiles(section: Section, profiles: dict[str, dict[str, Any]]) -> None:
+    """Append each profile's own value to the description of the keys it changes."""
+    for key in section.keys:
+        for profile, values in profiles.items():
+            if key.name in values:
+                key.description += f" Under `profile: {profile}`: `{value_text(values[key.name], key.duration)}`."
 
 
 def sections() -> list[Section]:

@@ -23,15 +23,20 @@ def make_step(name: str = "search_web", kind: str = "tool", i: int = 0, session:
 
 
 class DetectorRun:
-    """Feeds steps through the engine restricted to some detectors, like the pipeline does."""
+    """Feeds steps through the engine restricted to some detectors, like the pipeline does.
+
+    ``profile`` is ``detectors.profile``: ``default``, or ``seed`` for the source designs' tables.
+    """
+
+    profile = "default"
 
     def __init__(self, *names: str, detectors: dict[str, Any] | None = None) -> None:
-        cfg = build_config({"detectors": detectors or {}}, env={})
+        cfg = build_config({"detectors": {"profile": self.profile, **(detectors or {})}}, env={})
         self.engine = DetectorEngine(cfg.detectors, only=names)
         self.sessions: dict[str, Session] = {}
 
     def reconfigure(self, detectors: dict[str, Any]) -> None:
-        cfg = build_config({"detectors": detectors}, env={})
+        cfg = build_config({"detectors": {"profile": self.profile, **detectors}}, env={})
         self.engine.reconfigure(cfg.detectors)
 
     def session(self, sid: str = "s1") -> Session:
@@ -44,3 +49,9 @@ class DetectorRun:
 
     def run(self, steps: list[Step]) -> list[StepContext]:
         return [self.step(s) for s in steps]
+
+
+class SeedRun(DetectorRun):
+    """A :class:`DetectorRun` under ``detectors.profile: seed`` (the source designs' exact algorithms)."""
+
+    profile = "seed"

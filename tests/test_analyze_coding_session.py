@@ -84,9 +84,12 @@ def span_id(session: int, step: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def report() -> dict[int, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "otelloop", "analyze", str(RECORDING), "--json"],
-                          check=False, capture_output=True, text=True, timeout=60)
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """The analysis under the seed profile, whose drift rules the tables above follow."""
+    config = tmp_path_factory.mktemp("seed") / "seed.yaml"
+    config.write_text("detectors: {profile: seed}\n")
+    proc = subprocess.run([sys.executable, "-m", "otelloop", "analyze", str(RECORDING), "--json", "--config",
+                           str(config)], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return {int(s["session_id"], 16): s for s in json.loads(proc.stdout)["sessions"]}
 
@@ -115,7 +118,7 @@ def test_hard_drift_nudges_until_the_trend_falls_back(tmp_path: Path) -> None:
     0.5 (the next step here). Trajectory, which would stop these sessions for their repeated calls, is
     disabled so drift's own vote shows in each span's ``otelloop.verdict``."""
     config, output = tmp_path / "drift-only.yaml", tmp_path / "enriched.jsonl"
-    config.write_text("detectors: {trajectory: {enabled: false}}\n")
+    config.write_text("detectors: {profile: seed, trajectory: {enabled: false}}\n")
     proc = subprocess.run([sys.executable, "-m", "otelloop", "analyze", str(RECORDING), "--config",
                            str(config), "--output", str(output)],
                           check=False, capture_output=True, text=True, timeout=60)

@@ -5,9 +5,10 @@ The ReAct graph is ``agent → tools → otelloop_guard → agent``; the guard a
 the graph runs in (otelloop's default ``group_by: trace``, the guard's default session key). Spans are
 exported as they end, so otelloop has seen a round's tool call when the guard asks.
 
-The scripted model varies its wording each turn and the search tool numbers its answers, as real ones
-do, so that the only loop to find is the repeated call itself: ``trajectory`` nudges at the 3rd identical
-``search_web`` call (score 2.0) and stops at the 4th (5.0).
+The scripted model varies its wording each turn, so that the only loop to find is the repeated call
+itself: the search finds nothing for the looping query, and ``trajectory`` nudges at the 3rd identical
+``search_web`` call (score 2.0) and stops at the 4th (5.0). Other queries find something new each time,
+which is progress.
 
 The guard's own spans opt out of step mapping (``otelloop.step.kind: ignore`` in its node metadata), so its
 constant ``{"goto": "agent"}`` answer is never mistaken for a stalled agent turn.
@@ -142,12 +143,12 @@ def guarded(instrumented: SwitchTracerProvider,  # noqa: F811
     served = Served(tmp_path, {"exporter": {"endpoint": f"grpc://127.0.0.1:{sink.port}"}})
 
     def run(agent: Agent, service: str) -> Outcome:
-        numbers = iter(range(1, 100))
-
         @tool
         def search_web(query: str) -> str:
             """Search the web."""
-            return f"No results for {query!r} (search #{next(numbers)})."
+            if query == QUERY:
+                return f"No results for {query!r}."
+            return f"Top result for {query!r}: Paris, {len(query) % 7 + 18} °C, sunny, light wind."
 
         builder = react_builder(ScriptedChatModel(policy=agent), [search_web])
         add_verdict_guard(builder, after="tools", next_node="agent", base_url=f"http://{served.admin}",

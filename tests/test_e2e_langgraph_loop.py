@@ -4,8 +4,10 @@ The agent's spans go through the real OTel SDK (OTLP/gRPC) to a real ``otelloop 
 a sink, and at the same time to a recorder, so the very same requests can be replayed through
 ``otelloop analyze`` and compared with what the live service found.
 
-Two ways of being stuck, both with the scripted model asking ``search_web("weather in Paris")`` six
-times before it answers:
+The positions of the findings below are those of the source designs' exact rules, so otelloop runs
+under ``detectors.profile: seed`` here (the default profile's verdicts on real agents are held by the
+labelled corpus, ``tests/test_corpus_quality.py``). Two ways of being stuck, both with the scripted model
+asking ``search_web("weather in Paris")`` six times before it answers:
 
 - ``one_call_per_turn``: one call per model turn (the usual ReAct loop). Each tool step is separated from
   the next by the ``agent``, LLM, ``route`` and ``tools`` steps, so SPEC §4.1's consecutive-repeat count
@@ -53,6 +55,7 @@ from langchain_core.tools import tool  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 
+SEED = {"detectors": {"profile": "seed"}}
 QUERY = "weather in Paris"
 CALLS = 6
 ANSWER = "I could not find the weather in Paris."
@@ -153,7 +156,7 @@ def run(request: pytest.FixtureRequest, instrumented: SwitchTracerProvider, bg: 
     scenario: Scenario = request.param
     tmp = tmp_path_factory.mktemp(scenario.id)
     forward, recorder = bg.run(GrpcSink().start()), bg.run(GrpcSink().start())
-    served = Served(tmp, {"exporter": {"endpoint": f"grpc://127.0.0.1:{forward.port}"}})
+    served = Served(tmp, {"exporter": {"endpoint": f"grpc://127.0.0.1:{forward.port}"}, **SEED})
     try:
         tracing = Tracing(instrumented, f"weather-agent-{scenario.id}",
                           [served.grpc, f"127.0.0.1:{recorder.port}"])
@@ -303,7 +306,10 @@ def offline(run: Run, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
 
 
 def analyze(*args: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "otelloop", "analyze", *map(str, args)],
+    """``otelloop analyze`` under the seed profile, like the live service of :func:`run`."""
+    config = Path(str(args[0])).with_name("seed.yaml")
+    config.write_text(json.dumps(SEED))
+    return subprocess.run([sys.executable, "-m", "otelloop", "analyze", *map(str, args), "--config", str(config)],
                           check=False, capture_output=True, text=True, timeout=60)
 
 

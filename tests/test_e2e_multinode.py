@@ -170,10 +170,12 @@ def bg() -> Iterator[BackgroundLoop]:
     loop.close()
 
 
-def run_team(team: Team, switch: SwitchTracerProvider, bg: BackgroundLoop, tmp: Path) -> Run:
+def run_team(team: Team, switch: SwitchTracerProvider, bg: BackgroundLoop, tmp: Path,
+             profile: str = "default") -> Run:
     """SDK (span by span) → ``otelloop serve`` → sink; returns once the root span was forwarded."""
     sink = bg.run(GrpcSink().start())
-    served = Served(tmp, {"exporter": {"endpoint": f"grpc://127.0.0.1:{sink.port}"}})
+    served = Served(tmp, {"exporter": {"endpoint": f"grpc://127.0.0.1:{sink.port}"},
+                          "detectors": {"profile": profile}})
     try:
         tracing = Tracing(switch, f"coding-team-{team.id}", [served.grpc], live=True)
         try:
@@ -194,7 +196,14 @@ def run_team(team: Team, switch: SwitchTracerProvider, bg: BackgroundLoop, tmp: 
 @pytest.fixture(scope="module")
 def stuck(instrumented: SwitchTracerProvider, bg: BackgroundLoop,  # noqa: F811
           tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return run_team(NO_PROGRESS, instrumented, bg, tmp_path_factory.mktemp(NO_PROGRESS.id))
+    """The stuck team under the seed profile, whose stall rules the positions below follow."""
+    return run_team(NO_PROGRESS, instrumented, bg, tmp_path_factory.mktemp(NO_PROGRESS.id), profile="seed")
+
+
+@pytest.fixture(scope="module")
+def stuck_default(instrumented: SwitchTracerProvider, bg: BackgroundLoop,  # noqa: F811
+                  tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return run_team(NO_PROGRESS, instrumented, bg, tmp_path_factory.mktemp("stuck-default"))
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +280,15 @@ def test_stuck_team_verdict_is_stop(stuck: Run) -> None:
     assert {attrs_of(s).get("otelloop.verdict") for s in later if oi_kind(attrs_of(s))} == {"stop"}
 
 
+def test_stuck_team_is_stopped_in_its_second_round_by_default(stuck_default: Run) -> None:
+    """The default profile sees the same failure after the same rewrite of cart.py: no progress."""
+    assert stuck_default.verdict["verdict"] == "stop"
+    first_stop = next(s for s in stuck_default.spans if attrs_of(s).get("otelloop.verdict") == "stop")
+    second_round = stuck_default.spans.index(stuck_default.turns("planner")[1])
+    assert second_round < stuck_default.spans.index(first_stop) < stuck_default.spans.index(
+        stuck_default.turns("planner")[2])
+
+
 # ---------------------------------------------------------------------------------------------------
 # The team that makes progress
 
@@ -285,3 +303,9 @@ def test_progressing_team_is_not_halted(improving: Run) -> None:
     assert improving.verdict["verdict"] != "stop"
     verdicts = {attrs_of(s).get("otelloop.verdict") for s in improving.spans if oi_kind(attrs_of(s))}
     assert verdicts <= {"continue", "nudge"}
+
+
+def test_progressing_team_gets_no_finding_at_all(improving: Run) -> None:
+    """Under the default profile, work that makes progress is not even worth a warning."""
+    assert [(s.name, name) for s in improving.spans for name, _ in events_of(s) if name.startswith("otelloop.")] == []
+    assert {attrs_of(s).get("otelloop.verdict") for s in improving.spans if oi_kind(attrs_of(s))} == {"continue"}

@@ -73,6 +73,9 @@ class Detector(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+    #: Profile name → config values that differ from ``Config``'s defaults under that profile
+    #: (``detectors.profile``); a value in the configuration file still wins.
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config

@@ -31,10 +31,14 @@ class DivergenceConfig(DetectorConfig):
             ``window``, so a threshold above it can never fire. Default: 8.
         thresholds: step kind → consecutive identical steps that fire. Kinds you do not list keep their
             default; kinds that have none use 999. Default: ``{tool: 3, llm: 5, system: 999}``.
+        progress_aware: a step that brought something new (a result not seen before in the session)
+            starts the run afresh, so a batch of reads of different files or a polled status that keeps
+            changing is not a repeat. Default: true.
     """
 
     window: int = Field(8, ge=1)
     thresholds: dict[str, Annotated[int, Field(ge=1)]] = DEFAULT_THRESHOLDS
+    progress_aware: bool = True
 
     @field_validator("thresholds")
     @classmethod
@@ -72,6 +76,7 @@ class DivergenceDetector(Detector):
 
     name: ClassVar[str] = "divergence"
     Config: ClassVar[type[DetectorConfig]] = DivergenceConfig
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False}}
     config: DivergenceConfig
 
     def new_state(self) -> DivergenceState:
@@ -100,7 +105,7 @@ class DivergenceDetector(Detector):
 
     def _extend_run(self, state: DivergenceState, step: Step) -> int:
         """Add ``step`` to the run and return the suffix count within the configured window."""
-        if step.kind == state.kind and step.name == state.name:
+        if step.kind == state.kind and step.name == state.name and not (self.config.progress_aware and step.novel):
             # Capping here also applies a window shrunk by a reload to a run counted under the old one.
             state.run = min(state.run + 1, self.config.window)
         else:

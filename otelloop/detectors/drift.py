@@ -9,12 +9,13 @@ module only sees ``Step.tool_class``, ``file_path``, ``command`` and the content
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Protocol, TypeVar
 
 from pydantic import Field
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
+from otelloop.mapping.results import FAILED
 from otelloop.model import Finding, Step
 
 #: Pattern names, in the order of the per-pattern lists in :class:`DriftState`.
@@ -37,6 +38,16 @@ class DriftConfig(DetectorConfig):
             (an alert at step t allows the next at t + cooldown_steps + 1). Default: 5.
         escalation_ema: an alert is ``hard`` (and votes ``nudge``) when its pattern's average is above
             this, else ``soft``. Default: 0.5.
+        progress_aware: a read whose result is new (the file changed, whoever changed it) starts its
+            count afresh, and a test-fail loop is any call — a shell command, a ``run_tests`` tool —
+            whose result reports a failure (failing tests, a traceback, a non-zero exit, an error status)
+            and is the same failure as its last ``test_fail_threshold`` runs, or as its last run when a
+            file was written in between. When false, only failed runs of a shell command with the same
+            error signature count. Default: true.
+        stop_counts: pattern → how often it must hold before the session is stopped (votes ``stop``,
+            event severity ``stop``): reads of one unchanged file, reverts of one file within the
+            window, runs of one call failing the same way in a row. A pattern not listed never stops.
+            Default: ``{read_loop: 5, edit_revert: 2, test_fail_loop: 2}``.
     """
 
     window: int = Field(20, ge=1)
@@ -45,11 +56,16 @@ class DriftConfig(DetectorConfig):
     ema_alpha: float = Field(0.3, gt=0.0, le=1.0)
     cooldown_steps: int = Field(5, ge=0)
     escalation_ema: float = Field(0.5, ge=0.0, le=1.0)
+    progress_aware: bool = True
+    stop_counts: dict[Literal["read_loop", "edit_revert", "test_fail_loop"], Annotated[int, Field(ge=1)]] = {
+        "read_loop": 5, "edit_revert": 2, "test_fail_loop": 2}
 
 
 class _Read(NamedTuple):
     step: int
     target: int
+    #: the read's result was new (progress-aware): earlier reads of the file no longer count
+    fresh: bool = False
 
 
 class _Write(NamedTuple):
@@ -62,6 +78,8 @@ class _Write(NamedTuple):
     #: (old, new) hashes of a replace-style edit
     old: int | None
     new: int | None
+    #: the write restored an earlier version of the file
+    reverted: bool = False
 
 
 class _Run(NamedTuple):
@@ -76,7 +94,7 @@ class _Hit(NamedTuple):
 
     pattern: int
     target: str
-    #: reads of the file, or failed runs of the command, that make the pattern
+    #: reads of the file, reverts of it, or failed runs of the command, that make the pattern
     times: int
 
 
@@ -94,7 +112,7 @@ class DriftState:
     between them (one per step), dropped as they leave the window.
     """
 
-    __slots__ = ("ema", "last_alert", "nudging", "reads", "runs", "steps", "writes")
+    __slots__ = ("ema", "last_alert", "nudging", "reads", "runs", "steps", "stopped", "writes")
 
     def __init__(self) -> None:
         #: steps of the session seen so far (all kinds); the index of the current step
@@ -109,6 +127,8 @@ class DriftState:
         self.last_alert: tuple[int | None, ...] = _NO_ALERT
         #: whether this detector's ``nudge`` vote is in force
         self.nudging = False
+        #: whether this detector has stopped the session (the stop holds; it is reported once)
+        self.stopped = False
 
 
 @register
@@ -123,6 +143,7 @@ class DriftDetector(Detector):
 
     name: ClassVar[str] = "drift"
     Config: ClassVar[type[DetectorConfig]] = DriftConfig
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False, "stop_counts": {}}}
     config: DriftConfig
 
     def new_state(self) -> DriftState:
@@ -135,31 +156,55 @@ class DriftDetector(Detector):
         hit = self._judge(state, step)
         if hit is not None or state.ema is not _NO_TREND:
             state.ema = _trend(state.ema, hit.pattern if hit is not None else -1, cfg.ema_alpha)
-        if hit is not None and self._cooled_down(state, hit.pattern):
-            self._alert(state, hit, ctx)
-        if state.nudging and max(state.ema) <= cfg.escalation_ema:
+        stops = hit is not None and not state.stopped and self._stops(hit)
+        if hit is not None and (stops or self._cooled_down(state, hit.pattern)):
+            self._alert(state, hit, ctx, stops)
+        if state.nudging and not state.stopped and max(state.ema) <= cfg.escalation_ema:
             state.nudging = False
             ctx.vote(self.name, "continue")
 
     def _judge(self, state: DriftState, step: Step) -> _Hit | None:
         """Record a file or command step and return the pattern it completes, if any."""
         if step.tool_class == "read" and step.file_path:
-            return self._read(state, step.file_path)
+            return self._read(state, step)
         if step.tool_class == "write" and step.file_path:
             return _write(state, step)
+        if self.config.progress_aware:
+            return self._repeated_failure(state, step)
         if step.tool_class == "exec" and step.command:
             return self._run(state, step)
         return None
 
-    def _read(self, state: DriftState, path: str) -> _Hit | None:
+    def _read(self, state: DriftState, step: Step) -> _Hit | None:
         """A read completes a read loop when the file was read often enough since it last changed."""
+        path = step.file_path or ""
         target = hash(path)
+        fresh = self.config.progress_aware and step.novel is True
         since = max((w.step for w in state.writes or () if w.target == target and w.changed), default=0)
-        count = 1 + sum(1 for r in state.reads or () if r.target == target and r.step > since)
+        since = max((r.step for r in state.reads or () if r.target == target and r.fresh), default=since)
+        count = 1 if fresh else 1 + sum(1 for r in state.reads or () if r.target == target and r.step >= since)
         if state.reads is None:
             state.reads = []
-        state.reads.append(_Read(state.steps, target))
+        state.reads.append(_Read(state.steps, target, fresh))
         return _Hit(READ_LOOP, path, count) if count >= self.config.read_loop_threshold else None
+
+    def _repeated_failure(self, state: DriftState, step: Step) -> _Hit | None:
+        """A call whose result reports the same failure as on its last runs (progress-aware).
+
+        It takes ``test_fail_threshold`` runs in a row, or two when a file was written between them:
+        an edit meant to fix the failure that leaves it exactly as it was is the loop itself.
+        """
+        if step.kind != "tool" or not (step.outcome == "error" or step.result_flags & FAILED):
+            return None
+        target = hash((step.name, step.args_hash))
+        previous = next((r.step for r in reversed(state.runs or ()) if r.target == target), None)
+        if state.runs is None:
+            state.runs = []
+        state.runs.append(_Run(state.steps, target, True, None))
+        edited = previous is not None and any(w.step > previous for w in state.writes or ())
+        if step.repeats < (2 if edited else self.config.test_fail_threshold):
+            return None
+        return _Hit(TEST_FAIL_LOOP, step.command or _call_text(step), step.repeats)
 
     def _run(self, state: DriftState, step: Step) -> _Hit | None:
         """A run completes a test-fail loop when the command's trailing runs all failed the same way."""
@@ -183,27 +228,37 @@ class DriftDetector(Detector):
         last = state.last_alert[pattern]
         return last is None or state.steps - last > self.config.cooldown_steps
 
-    def _alert(self, state: DriftState, hit: _Hit, ctx: StepContext) -> None:
+    def _stops(self, hit: _Hit) -> bool:
+        """The pattern has held often enough to stop the session (``stop_counts``)."""
+        needed = self.config.stop_counts.get(PATTERNS[hit.pattern])  # type: ignore[call-overload]
+        return needed is not None and hit.times >= needed
+
+    def _alert(self, state: DriftState, hit: _Hit, ctx: StepContext, stops: bool = False) -> None:
         alerts = state.last_alert
         state.last_alert = (*alerts[:hit.pattern], state.steps, *alerts[hit.pattern + 1:])
         ema = state.ema[hit.pattern]
-        hard = ema > self.config.escalation_ema
+        hard = stops or ema > self.config.escalation_ema
         escalation = "hard" if hard else "soft"
         pattern = PATTERNS[hit.pattern]
         target = _shorten(hit.target)
         ctx.report(Finding(
             detector=self.name,
             event="otelloop.drift",
-            severity="loop" if hard else "warn",
+            severity="stop" if stops else "loop" if hard else "warn",
             attributes={
                 "otelloop.drift.pattern": pattern,
                 "otelloop.drift.target": target,
                 "otelloop.drift.ema": ema,
                 "otelloop.drift.escalation": escalation,
+                **({"otelloop.drift.count": hit.times} if self.config.progress_aware else {}),
             },
-            message=f"drift {pattern} on {target!r}: {escalation} (EMA {ema:.3g})",
+            message=f"drift {pattern} on {target!r}: {escalation} (EMA {ema:.3g})"
+                    + (f", held {hit.times} times: stop" if stops else ""),
         ))
-        if hard:
+        if stops:
+            state.stopped = True
+            ctx.vote(self.name, "stop", f"drift {pattern}", _nudge_message(hit.pattern, target, hit.times))
+        elif hard:
             state.nudging = True
             ctx.vote(self.name, "nudge", f"drift {pattern}", _nudge_message(hit.pattern, target, hit.times))
 
@@ -248,8 +303,10 @@ def _write(state: DriftState, step: Step) -> _Hit | None:
         changed, version = True, None
     if state.writes is None:
         state.writes = []
-    state.writes.append(_Write(state.steps, target, changed, version, old, new))
-    return _Hit(EDIT_REVERT, path, 1) if reverted else None
+    state.writes.append(_Write(state.steps, target, changed, version, old, new, reverted))
+    if not reverted:
+        return None
+    return _Hit(EDIT_REVERT, path, sum(1 for w in earlier if w.reverted) + 1)
 
 
 def _forget(state: DriftState, horizon: int) -> None:
@@ -271,6 +328,11 @@ def _drop_until(entries: list[E] | None, horizon: int) -> None:
     if entries and entries[0].step <= horizon:
         keep = next((i for i, e in enumerate(entries) if e.step > horizon), len(entries))
         del entries[:keep]
+
+
+def _call_text(step: Step) -> str:
+    """A call as ``tool(arguments)``, for a target that is not a shell command."""
+    return f"{step.name}({step.args_text or ''})"
 
 
 def _shorten(text: str) -> str:

@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import registered
+from otelloop import progress
 from otelloop.model import Step
+from otelloop.progress import ProgressState
 from otelloop.state import Session
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class DetectorEngine:
     def observe(self, session: Session, step: Step) -> StepContext:
         """Run every detector on ``step`` and return what they said; sets ``otelloop.verdict``."""
         ctx = StepContext(session.id, step.agent or session.agent)
+        if session.progress is None:
+            session.progress = ProgressState()
+        progress.observe(session.progress, step)
         states = session.states
         for det in self.detectors:
             name = det.name

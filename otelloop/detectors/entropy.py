@@ -16,8 +16,9 @@ from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 
-#: (intent, tool_call, action_status) of one step; compared by exact equality.
-Entry = tuple[str, str, str]
+#: (intent, tool_call, action_status) of one step, plus its result when progress-aware; compared by
+#: exact equality.
+Entry = tuple[str | int, ...]
 
 
 class EntropyConfig(DetectorConfig):
@@ -29,12 +30,16 @@ class EntropyConfig(DetectorConfig):
         warning_threshold: a score strictly below it is WARNING; at or above it NORMAL. Default: 0.50.
         authoritative_attribute: span attribute holding an agent's self-reported score, replaced by
             the computed one when present; null leaves spans alone. Default: ``cognition.entropy_score``.
+        progress_aware: two steps count as the same action only when their results are the same too
+            (for tool steps, the result or the file version they produced), so reading ten different
+            files is ten different actions. Default: true.
     """
 
     window: int = Field(5, ge=1)
     loop_threshold: float = Field(0.25, ge=0.0, le=1.0)
     warning_threshold: float = Field(0.50, ge=0.0, le=1.0)
     authoritative_attribute: str | None = "cognition.entropy_score"
+    progress_aware: bool = True
 
     @model_validator(mode="after")
     def _loop_below_warning(self) -> EntropyConfig:
@@ -101,6 +106,7 @@ class EntropyDetector(Detector):
 
     name: ClassVar[str] = "entropy"
     Config: ClassVar[type[DetectorConfig]] = EntropyConfig
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False}}
     config: EntropyConfig
 
     def new_state(self) -> EntropyState:
@@ -108,7 +114,10 @@ class EntropyDetector(Detector):
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
-        entry: Entry = _interned((step.intent, step.name, step.outcome))
+        entry: Entry = (step.intent, step.name, step.outcome)
+        if cfg.progress_aware:
+            entry = (*entry, _result(step))
+        entry = _interned(entry)
         state.window = (*state.window, entry)[-cfg.window:]
         value = score(state.window)
         severity = self.classify(value)
@@ -134,7 +143,7 @@ class EntropyDetector(Detector):
         return "normal"
 
     def _alert(self, window: tuple[Entry, ...], value: float, ctx: StepContext) -> None:
-        (intent, tool_call, status), count = most_frequent(window)
+        (intent, tool_call, status, *_), count = most_frequent(window)
         ctx.report(Finding(
             detector=self.name,
             event="otelloop.entropy_alert",
@@ -158,7 +167,13 @@ class EntropyDetector(Detector):
     def summary(self, state: EntropyState) -> dict[str, Any]:
         value = score(state.window)
         return {
-            "window": [list(entry) for entry in state.window],
+            "window": [list(entry[:3]) for entry in state.window],
             "entropy_score": value,
             "entropy_severity": self.classify(value),
         }
+
+
+def _result(step: Step) -> int:
+    """What a step's result is identified by (0 when unknown)."""
+    key = step.result if step.kind == "tool" else step.output_hash
+    return key or 0

@@ -14,9 +14,8 @@ from pydantic import Field
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
+from otelloop.units import Duration
 
-#: Below this elapsed time a rate is mostly noise from a near-zero divisor, so it is not checked.
-MIN_ELAPSED_NS = 1_000_000
 
 
 class RateConfig(DetectorConfig):
@@ -27,22 +26,30 @@ class RateConfig(DetectorConfig):
             fires. Default: 0.10.
         output_tokens_per_second: session output tokens per second above which
             ``otelloop.token_velocity_exceeded`` fires. Default: 500.
+        min_elapsed: session time (first step start to current step end) before a rate is judged: a
+            rate over one short call divided by its own duration says nothing about a session's burn.
+            Default: 10s.
+        min_steps: steps that spent money or tokens before a rate is judged. Default: 3.
     """
 
     cost_usd_per_second: float | None = Field(0.10, ge=0)
     output_tokens_per_second: float | None = Field(500.0, ge=0)
+    min_elapsed: Duration = 10.0
+    min_steps: int = Field(3, ge=1)
 
 
 class RateState:
     """Running totals of one session and which warnings it already got."""
 
-    __slots__ = ("first_start_ns", "cost_usd", "output_tokens", "cost_fired", "tokens_fired")
+    __slots__ = ("first_start_ns", "cost_usd", "output_tokens", "spending_steps", "cost_fired", "tokens_fired")
 
     def __init__(self) -> None:
         #: earliest step start seen (span time); 0 until a step with a start time arrives
         self.first_start_ns = 0
         self.cost_usd = 0.0
         self.output_tokens = 0
+        #: steps that spent money or output tokens
+        self.spending_steps = 0
         self.cost_fired = False
         self.tokens_fired = False
 
@@ -57,6 +64,7 @@ class RateDetector(Detector):
 
     name: ClassVar[str] = "rate"
     Config: ClassVar[type[DetectorConfig]] = RateConfig
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"min_elapsed": 0.001, "min_steps": 1}}
     config: RateConfig
 
     def new_state(self) -> RateState:
@@ -66,11 +74,10 @@ class RateDetector(Detector):
         _accumulate(state, step)
         if state.cost_fired and state.tokens_fired:
             return
-        elapsed_ns = step.end_ns - state.first_start_ns
-        if state.first_start_ns <= 0 or elapsed_ns < MIN_ELAPSED_NS:
-            return
-        elapsed_s = elapsed_ns / 1e9
         cfg = self.config
+        elapsed_s = (step.end_ns - state.first_start_ns) / 1e9
+        if state.first_start_ns <= 0 or elapsed_s < cfg.min_elapsed or state.spending_steps < cfg.min_steps:
+            return
         if not state.cost_fired:
             state.cost_fired = self._check(
                 ctx, "otelloop.cost_rate_exceeded", "otelloop.cost_rate",
@@ -107,5 +114,7 @@ def _accumulate(state: RateState, step: Step) -> None:
     """Add the step's spend and move the session start back if this step started earlier."""
     state.cost_usd += step.cost_usd
     state.output_tokens += step.output_tokens
+    if step.cost_usd > 0 or step.output_tokens > 0:
+        state.spending_steps += 1
     if step.start_ns > 0 and (state.first_start_ns <= 0 or step.start_ns < state.first_start_ns):
         state.first_start_ns = step.start_ns

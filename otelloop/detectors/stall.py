@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -64,7 +64,7 @@ class StallConfig(DetectorConfig):
         max_cycle_cost_usd: cost of a cycle's nodes' turns, including the tool and LLM steps seen
             while one of its turns was current. Default: null.
         repeated_output_threshold: consecutive turns of a node with the same output hash that halt
-            as ``stalled``. Default: 3.
+            as ``stalled``. Default: 4.
         unchanged_diff_threshold: consecutive turns of a node with the same diff hash that halt as
             ``stalled``. Default: 2.
         unchanged_failures_threshold: consecutive turns of a node with the same failure signature, or
@@ -72,6 +72,18 @@ class StallConfig(DetectorConfig):
             Default: 3.
         detect_oscillation: halt as ``oscillating`` when a node's last four outputs are A, B, A, B.
             Default: true.
+        progress_aware: a run of turns with the same output, diff or failure is broken by progress made
+            in the session between two turns of the node (a tool result never seen before, a file given
+            new content), so framework plumbing that repeats itself while the agent works — a router
+            naming the same next node, a tool-executor node, an SDK's per-turn wrapper — never halts as
+            stalled. Default: true.
+        budgets: ``strict``: a turn over a budget halts; ``no_progress``: a turn over a budget halts
+            only after ``stale_turns`` turns of the node in a row without progress in the session, so a
+            budget left at its built-in value stops an agent that spends turns without result, not an
+            agent that is simply working for long. A budget written in the configuration file is always
+            strict. Default: ``no_progress``.
+        stale_turns: turns of a node in a row without progress after which an exceeded budget halts
+            under ``budgets: no_progress``. Default: 3.
     """
 
     max_turns_per_node: int | None = Field(6, ge=1)
@@ -80,10 +92,13 @@ class StallConfig(DetectorConfig):
     max_node_runtime: Duration | None = None
     max_cycle_runtime: Duration | None = None
     max_cycle_cost_usd: float | None = Field(None, ge=0)
-    repeated_output_threshold: int = Field(3, ge=2, le=MAX_SIGNAL_RUN)
+    repeated_output_threshold: int = Field(4, ge=2, le=MAX_SIGNAL_RUN)
     unchanged_diff_threshold: int = Field(2, ge=2, le=MAX_SIGNAL_RUN)
     unchanged_failures_threshold: int = Field(3, ge=2, le=MAX_SIGNAL_RUN)
     detect_oscillation: bool = True
+    progress_aware: bool = True
+    budgets: Literal["strict", "no_progress"] = "no_progress"
+    stale_turns: int = Field(3, ge=1)
 
 
 class NodeStats:
@@ -103,7 +118,9 @@ class NodeStats:
         "iterations",
         "name",
         "outputs",
+        "progress",
         "runtime_ns",
+        "stale",
         "turns",
     )
 
@@ -120,6 +137,10 @@ class NodeStats:
         self.diffs: tuple[str | None, ...] = ()
         self.failures: tuple[str | None, ...] = ()
         self.failing: tuple[int | None, ...] = ()
+        #: the session's progress count (``Step.progress``) at this node's latest turn, and the node's
+        #: turns in a row (up to the latest) after which it had not grown
+        self.progress = 0
+        self.stale = 0
 
 
 class Cycle:
@@ -209,6 +230,8 @@ class StallDetector(Detector):
 
     name: ClassVar[str] = "stall"
     Config: ClassVar[type[DetectorConfig]] = StallConfig
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
+        "seed": {"progress_aware": False, "budgets": "strict", "repeated_output_threshold": 3}}
     config: StallConfig
 
     def new_state(self) -> StallState:
@@ -257,6 +280,12 @@ class StallDetector(Detector):
             if cycle is not None and cycle.anchor is node and graph.cycles.get(previous.id) is cycle:
                 node.iterations += 1
         graph.turn_start, graph.turn_end = step.start_ns, step.end_ns
+        progressed = node.turns > 0 and step.progress != node.progress
+        node.stale = 0 if progressed else node.stale + 1
+        node.progress = step.progress
+        if progressed and self.config.progress_aware:
+            node.outputs = node.diffs = node.failures = ()
+            node.failing = ()
         node.turns += 1
         node.runtime_ns += max(0, step.end_ns - step.start_ns)
         node.cost_usd += step.cost_usd
@@ -299,9 +328,14 @@ class StallDetector(Detector):
                 ("max_cycle_cost_usd", cfg.max_cycle_cost_usd, cost, f"loop {cycle.id} cost {cost:.4g} USD"),
             ]
         for key, limit, value, detail in checks:
-            if limit is not None and value > limit:
+            if limit is not None and value > limit and self._enforced(key, node):
                 return [_Halt("budget_exceeded", f"{detail}, over {key}={limit:g}", budget=key)]
         return []
+
+    def _enforced(self, key: str, node: NodeStats) -> bool:
+        """Whether an exceeded budget halts: always when strict, else only after turns without progress."""
+        cfg = self.config
+        return cfg.budgets == "strict" or key in cfg.model_fields_set or node.stale >= cfg.stale_turns
 
     def _signals(self, node: NodeStats) -> list[_Halt]:
         """The stall signals the node's latest turn completes."""

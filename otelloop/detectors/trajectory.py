@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
-from otelloop.model import Finding, Step
+from otelloop.model import AttrValue, Finding, Step
 from otelloop.similarity import (
     Similarity,
     embedding_unavailable_message,
@@ -36,11 +36,6 @@ Level = Literal["observe", "nudge", "stop"]
 _LEVEL_RANK: dict[str, int] = {"observe": 0, "nudge": 1, "stop": 2}
 _SEVERITY = {"nudge": "warn", "stop": "stop"}
 _VOTE = {"observe": "continue", "nudge": "nudge", "stop": "stop"}
-#: Report order of the loop types (SPEC's type I–IV).
-LOOP_TYPES = ("stutter", "semantic_repeat", "phantom_progress", "ping_pong")
-
-#: Stutter needs this many identical calls in a row; semantic repeat this many similar earlier steps.
-MIN_REPEATS = 3
 #: Ping-pong needs at least this many steps before the current one, and tries these n-gram lengths.
 PING_PONG_MIN_EARLIER = 4
 PING_PONG_LENGTHS = (2, 3, 4)
@@ -90,6 +85,14 @@ class TrajectoryConfig(DetectorConfig):
         similarity_threshold: cosine at or above which two descriptors are similar. Default: 0.85.
         weights: score added per loop type (see :class:`TrajectoryWeights`). Default: stutter 2.0,
             semantic_repeat 1.5, phantom_progress 0.5, ping_pong 1.5.
+        progress_aware: loop types count only steps that brought nothing new (a result seen before
+            in the session, a result that says nothing, a write that restores a version the file had),
+            so repetition with progress — batches, polling that completes, retries that succeed — is
+            not a loop; repeated calls of one tool that bring nothing new count as repeats in
+            substance even when their arguments are worded differently; calls on different files or
+            commands are never similar. Default: true.
+        min_repeats: identical calls in a row that make a stutter, and similar earlier steps that make
+            a semantic repeat. Default: 3.
     """
 
     nudge_threshold: float = Field(2.0, gt=0)
@@ -100,6 +103,8 @@ class TrajectoryConfig(DetectorConfig):
     similarity: Literal["lexical", "embedding", "off"] = "lexical"
     similarity_threshold: float = Field(0.85, gt=0, le=1)
     weights: TrajectoryWeights = TrajectoryWeights()
+    progress_aware: bool = True
+    min_repeats: int = Field(3, ge=2, le=10)
 
     @field_validator("stop_threshold")
     @classmethod
@@ -131,6 +136,10 @@ class _Entry(NamedTuple):
     #: ``tool(args) → outcome``, or None while similarity is off.
     descriptor: str | None
     negated: bool
+    #: the file or command the call works on, when its arguments say
+    target: str | None
+    #: the step brought something new (``Step.novel``); None when that is unknown
+    novel: bool | None
 
 
 _ENTRY_CACHE: dict[_Entry, _Entry] = {}
@@ -177,6 +186,7 @@ class TrajectoryDetector(Detector):
 
     name = "trajectory"
     Config = TrajectoryConfig
+    profiles = {"seed": {"progress_aware": False}}
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -205,7 +215,7 @@ class TrajectoryDetector(Detector):
         ctx.set_attribute("otelloop.loop_score", state.score)
         ctx.set_attribute("otelloop.intervention", state.level)
         if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
-            ctx.report(_intervention(state, list(signals)))
+            ctx.report(_intervention(state, list(signals), step if cfg.progress_aware else None))
         self._vote(state, ctx)
 
     def summary(self, state: TrajectoryState) -> dict[str, Any]:
@@ -218,38 +228,55 @@ class TrajectoryDetector(Detector):
         if self._backend is not None:
             descriptor = f"{step.name}({(step.args_text or '')[:MAX_ARGS_CHARS]}) → {step.outcome}"
         return _Entry(step.name, step.agent, step.args_hash, state, descriptor,
-                      descriptor is not None and is_negated(descriptor))
+                      descriptor is not None and is_negated(descriptor), step.file_path or step.command,
+                      step.novel if self.config.progress_aware else None)
 
     def _detect(self, state: TrajectoryState, entry: _Entry) -> dict[str, _Signal]:
         """The loop types that fire on ``entry`` given the earlier steps, in report order."""
         history = state.history
+        aware = self.config.progress_aware
+        if aware and entry.novel:  # something new came back: whatever repeats here is work, not a loop
+            state.phantom_run = 0
+            return {}
         state.phantom_run = state.phantom_run + 1 if _phantom(history, entry) else 0
         found = {
-            "stutter": _stutter(history, entry),
+            "stutter": _stutter(history, entry, self.config.min_repeats, aware),
             "semantic_repeat": self._semantic_repeat(history, entry),
             "phantom_progress": _phantom_signal(state.phantom_run),
-            "ping_pong": _ping_pong([*history, entry], state.multi_agent),
+            "ping_pong": _ping_pong([*history, entry], state.multi_agent, aware),
         }
         weights = self.config.weights
         return {kind: signal for kind, signal in found.items()
                 if signal is not None and getattr(weights, kind) > 0}
 
     def _semantic_repeat(self, history: tuple[_Entry, ...], entry: _Entry) -> _Signal | None:
-        """Type II: similar to >= 3 earlier descriptors; confidence is their mean similarity."""
+        """Type II: similar to >= ``min_repeats`` earlier descriptors; confidence is their mean similarity.
+
+        Progress-aware, only earlier steps that brought nothing new are compared, two calls on different
+        files or commands are never similar, and a call of the same tool that also brought nothing new
+        counts as similar (at the threshold) whatever the wording of its arguments.
+        """
         if self._backend is None or entry.descriptor is None:
             return None
-        past = [e for e in history if e.descriptor is not None]
-        if len(past) < MIN_REPEATS:
+        cfg = self.config
+        aware = cfg.progress_aware
+        past = [e for e in history if e.descriptor is not None and not (aware and e.novel)]
+        if len(past) < cfg.min_repeats:
             return None
         sims = self._backend.similarities(entry.descriptor, [e.descriptor or "" for e in past])
-        threshold = self.config.similarity_threshold
+        threshold = cfg.similarity_threshold
         matches = []
         for other, sim in zip(past, sims, strict=True):
             if sim > NEAR_IDENTICAL and other.negated != entry.negated:
                 sim -= NEGATION_PENALTY
+            if aware:
+                if entry.target is not None and other.target is not None and entry.target != other.target:
+                    continue
+                if other.name == entry.name and entry.novel is False and other.novel is False:
+                    sim = max(sim, threshold)
             if sim >= threshold:
                 matches.append(sim)
-        if len(matches) < MIN_REPEATS:
+        if len(matches) < cfg.min_repeats:
             return None
         return _Signal(sum(matches) / len(matches), len(matches), entry.name)
 
@@ -283,14 +310,20 @@ def _action_differs(a: _Entry, b: _Entry) -> bool:
     return a.args_hash is not None and b.args_hash is not None and a.args_hash != b.args_hash
 
 
-def _stutter(history: tuple[_Entry, ...], entry: _Entry) -> _Signal | None:
-    """Type I: this call plus the identical calls right before it, detected at three."""
+def _stutter(history: tuple[_Entry, ...], entry: _Entry, min_repeats: int, aware: bool) -> _Signal | None:
+    """Type I: this call plus the identical calls right before it, detected at ``min_repeats``.
+
+    Progress-aware, the run starts at the last identical call that brought something new (a polled
+    status that changed starts a new run).
+    """
     count = 1
     for prev in reversed(history):
         if not _same_call(prev, entry):
             break
         count += 1
-    return _Signal(1.0, count, entry.name) if count >= MIN_REPEATS else None
+        if aware and prev.novel:
+            break
+    return _Signal(1.0, count, entry.name) if count >= min_repeats else None
 
 
 def _phantom(history: tuple[_Entry, ...], entry: _Entry) -> bool:
@@ -305,12 +338,13 @@ def _phantom_signal(run: int) -> _Signal | None:
     return _Signal(min(run / 3, 1.0), run, "") if run else None
 
 
-def _ping_pong(entries: list[_Entry], multi_agent: bool) -> _Signal | None:
+def _ping_pong(entries: list[_Entry], multi_agent: bool, aware: bool) -> _Signal | None:
     """Type IV: the last n identifiers repeat the n before them, for n = 2, 3, 4.
 
     The repeated n-gram must hold two distinct identifiers: plain repetition (A,A,A,A) is stutter's or
     phantom progress's business, not an oscillation. A cycle over steps whose states all differ is
-    taken as progress (e.g. alternating "write page N" / "read page N" over new pages).
+    taken as progress (e.g. alternating "write page N" / "read page N" over new pages), and so,
+    progress-aware, is a cycle whose last round brought something new.
     """
     if len(entries) <= PING_PONG_MIN_EARLIER:
         return None
@@ -324,6 +358,8 @@ def _ping_pong(entries: list[_Entry], multi_agent: bool) -> _Signal | None:
             continue
         reps = _repetitions(ids, n)
         if reps < 2 or _states_all_differ(entries[-2 * n:]):
+            continue
+        if aware and any(e.novel for e in entries[-n:]):
             continue
         signal = _Signal(min(reps / 3, 1.0), reps, " → ".join(unit))
         if best is None or signal.confidence > best.confidence:
@@ -388,18 +424,25 @@ def _nudge_message(level: Level, signals: dict[str, _Signal]) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def _intervention(state: TrajectoryState, types: list[str]) -> Finding:
+def _intervention(state: TrajectoryState, types: list[str], step: Step | None) -> Finding:
+    """The event of a rise in level; progress-aware, it also says what was missing: how many tool steps
+    in a row brought nothing new, and the result this step repeated."""
     action = state.level
+    attributes: dict[str, AttrValue] = {
+        "otelloop.action": action,
+        "otelloop.loop_score": state.score,
+        "otelloop.loop_types": types,
+        "otelloop.nudge_message": state.message,
+    }
+    if step is not None:
+        attributes["otelloop.steps_without_progress"] = step.stale
+        if step.novel is False and step.result is not None:
+            attributes["otelloop.repeated_result"] = format(step.result, "016x")
     return Finding(
         detector=TrajectoryDetector.name,
         event="otelloop.intervention",
         severity=_SEVERITY[action],  # type: ignore[arg-type]
-        attributes={
-            "otelloop.action": action,
-            "otelloop.loop_score": state.score,
-            "otelloop.loop_types": types,
-            "otelloop.nudge_message": state.message,
-        },
+        attributes=attributes,
         message=f"trajectory {action}: loop score {state.score:g} "
                 f"({', '.join(types) or 'threshold change'}): {state.message}",
     )

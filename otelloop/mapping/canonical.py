@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from otelloop.mapping.results import FAILED, normalise_result, result_flags
+
 #: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
 VOLATILE_OUTPUT_KEYS = frozenset({
     "id", "ids", "tool_call_id", "call_id", "run_id", "message_id", "response_id", "created", "created_at",
@@ -33,11 +35,28 @@ def hash_text(text: str) -> int:
 
 
 def _strip_volatile(obj: Any) -> Any:
+    """A parsed result without its per-call identifier keys, its strings normalised (see ``results``)."""
     if isinstance(obj, dict):
         return {k: _strip_volatile(v) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
     if isinstance(obj, list):
         return [_strip_volatile(v) for v in obj]
+    if isinstance(obj, str):
+        return normalise_result(obj)
     return obj
+
+
+def _result_text(parsed: Any) -> str:
+    """The text a parsed result says: a message's ``content`` (LangChain ``ToolMessage``, chat
+    messages), the text parts of a part list, else the value itself."""
+    if isinstance(parsed, str):
+        return parsed
+    if isinstance(parsed, dict) and isinstance(parsed.get("content"), (str, list)):
+        return _result_text(parsed["content"])
+    if isinstance(parsed, list) and parsed and all(isinstance(p, (dict, str)) for p in parsed):
+        texts = [p if isinstance(p, str) else p.get("text") for p in parsed]
+        if all(isinstance(t, str) for t in texts):
+            return "\n".join(texts)  # type: ignore[arg-type]
+    return "" if parsed is None or parsed == [] or parsed == {} else _dumps(parsed)
 
 
 def _dumps(obj: Any) -> str:
@@ -55,7 +74,8 @@ class Canonicalizer:
     def __init__(self, max_text_bytes: int = 65536) -> None:
         self.max_text_bytes = max_text_bytes
         self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
-        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty)
+        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty, flags)
+        self._errors = Memo(max_text_bytes)  # error text → (hash, flags)
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
         """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
@@ -72,19 +92,31 @@ class Canonicalizer:
         self._args.remember(raw, result, len(raw))
         return result
 
-    def output(self, raw: str) -> tuple[int, bool]:
-        """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {})."""
+    def output(self, raw: str) -> tuple[int, bool, int]:
+        """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {},
+        its :mod:`~otelloop.mapping.results` flags)."""
         hit = self._outputs.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
+        result: tuple[int, bool, int]
         if parsed is _UNPARSED:
-            result = (hash_text(raw), raw.strip() == "")
+            empty = raw.strip() == ""
+            result = (hash_text(normalise_result(raw)), empty, result_flags(raw, empty))
         else:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
-            result = (hash_text(_dumps(_strip_volatile(parsed))), empty)
+            result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
         self._outputs.remember(raw, result, len(raw))
         return result
+
+    def error(self, text: str) -> tuple[int, int]:
+        """An error's text → (hash of it with only its volatile parts normalised — counts such as
+        ``3 failed`` stay, unlike in :func:`error_signature` —, its results flags with FAILED set)."""
+        hit = self._errors.get(text)
+        if hit is None:
+            hit = (hash_text(normalise_result(text)), result_flags(text, False) | FAILED)
+            self._errors.remember(text, hit, len(text))
+        return hit
 
     @staticmethod
     def oversized(value: Any) -> tuple[int, str]:

@@ -107,11 +107,10 @@ def _unquote(raw: str) -> str:
     return raw
 
 
-def _error_signature(info: SpanInfo, error_type: str | None) -> str:
-    """Error type, status message and the first exception event's type and message, normalised."""
+def _error_text(info: SpanInfo, error_type: str | None) -> str:
+    """Error type, status message and the first exception event's type and message."""
     exc = info[9]
-    parts = [error_type or "", info[7], *(exc if exc is not None else ())]
-    return error_signature("|".join(parts))
+    return "|".join([error_type or "", info[7], *(exc if exc is not None else ())])
 
 
 def _metadata_kind(raw: str) -> str | None:
@@ -286,12 +285,14 @@ class Mapper:
             if type(output) is list or type(output) is dict:
                 output = _to_json(output)
             if type(output) is str:
-                step.output_hash, empty = self.canonical.output(output)
+                step.output_hash, empty, step.result_flags = self.canonical.output(output)
             else:
                 step.output_hash, empty = self.canonical.oversized(output)[0], False
         if info[6] == _STATUS_ERROR or error_type:
             step.outcome = "error"
-            step.error_signature = _error_signature(info, error_type)
+            text = _error_text(info, error_type)
+            step.error_signature = error_signature(text)
+            step.error_hash, step.result_flags = self.canonical.error(text)
         elif empty:
             step.outcome = "empty"
         if step.kind == "tool":

@@ -30,10 +30,18 @@ DEFAULT_READ: tuple[str, ...] = (
 #: view/create/str_replace/insert/undo_edit), Claude Code ``Write``/``Edit``/``MultiEdit``, SWE-agent
 #: ``edit``/``create``, LangChain ``write_file``, Cline ``write_to_file``/``replace_in_file``, Codex
 #: ``apply_patch``.
+#: Beyond these, a tool named with a verb that changes state (``save_note``, ``create_ticket``,
+#: ``file_write``) is a write too: what tells its calls apart is what they write, not what they return.
+STATE_CHANGING_VERBS: tuple[str, ...] = (
+    "write", "save", "create", "update", "edit", "append", "insert", "upload", "put", "set", "add", "delete",
+    "remove", "rename", "move", "copy", "commit", "apply", "patch", "replace", "modify", "store", "submit",
+    "send", "post", "deploy", "install", "mkdir", "touch",
+)
 DEFAULT_WRITE: tuple[str, ...] = (
     "str_replace_editor", "str_replace_based_edit_tool", "file_editor", "text_editor*",
     "write", "write_file", "write_to_file", "create", "create_file", "edit", "edit_file", "multiedit",
     "notebookedit", "replace_in_file", "apply_patch", "patch_file",
+    *(form.format(verb) for verb in STATE_CHANGING_VERBS for form in ("{}_*", "*_{}", "*.{}*")),
 )
 #: Command tools: OpenHands ``execute_bash``, Claude Code / SWE-agent ``Bash``, LangChain ``terminal``
 #: (ShellTool), Cline ``execute_command``, Cursor ``run_terminal_cmd``, Codex ``shell``.
@@ -129,9 +137,15 @@ class ToolClassifier:
         return found
 
     def classify(self, tool_name: str, args: dict[str, Any] | None) -> ToolInfo | None:
-        """What a call of ``tool_name`` with ``args`` does; None for a tool of no known class."""
+        """What a call of ``tool_name`` with ``args`` does; None for a tool of no known class.
+
+        A tool of no known class whose arguments name a file and give it content (or a replace-style
+        edit) is a write, whatever its name.
+        """
         tool_class = self.class_of(tool_name)
         if tool_class is None:
+            if args and _first_str(args, FILE_KEYS) is not None and _carries_content(args):
+                return _write_info(_first_str(args, FILE_KEYS), args)
             return None
         if not args:
             return ToolInfo(tool_class)
@@ -172,6 +186,11 @@ def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
     if args.get("append") is True:
         return ToolInfo("write", file_path=file_path)
     return ToolInfo("write", file_path=file_path, content=_first_str(args, CONTENT_KEYS, allow_empty=True))
+
+
+def _carries_content(args: Mapping[str, Any]) -> bool:
+    return any(isinstance(args.get(k), str) for k in CONTENT_KEYS) or any(
+        isinstance(args.get(old), str) or isinstance(args.get(new), str) for old, new in EDIT_KEYS)
 
 
 def _first_str(args: Mapping[str, Any], keys: Iterable[str], allow_empty: bool = False) -> str | None:

@@ -114,8 +114,8 @@ def build_session(kind: str, n: int, rnd: random.Random) -> Session:
         for _ in range(4):
             s.tool("open_ticket", {"id": n}, "ticket open")
             s.tool("close_ticket", {"id": n}, "cannot close")
-    elif kind == "burn":  # expensive, verbose model calls in quick succession: rate
-        for _ in range(4):
+    elif kind == "burn":  # expensive, verbose model calls in quick succession for 10 s and more: rate
+        for _ in range(14):
             s.chat(8000, 1500, 0.40, duration_ms=900)
     elif kind == "healthy":
         s.chat(500, 60, 0.002)

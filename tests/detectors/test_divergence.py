@@ -6,12 +6,12 @@ import pytest
 
 from otelloop.detectors.divergence import MAX_EMITTED, DivergenceConfig
 from otelloop.model import Finding
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 T, L, S = "tool", "llm", "system"
 
 
-def _fired(run: DetectorRun, steps: list[tuple[str, str]], session: str = "s1") -> list[int]:
+def _fired(run: SeedRun, steps: list[tuple[str, str]], session: str = "s1") -> list[int]:
     """Indices of the steps that produced a divergence finding."""
     ctxs = run.run([make_step(name, kind, i, session=session) for i, (kind, name) in enumerate(steps)])
     return [i for i, ctx in enumerate(ctxs) if ctx.findings]
@@ -35,12 +35,12 @@ def _fired(run: DetectorRun, steps: list[tuple[str, str]], session: str = "s1") 
     pytest.param({"thresholds": {"plan": 2}}, [("plan", "p")] * 2, [1], id="threshold-for-extra-kind"),
 ])
 def test_fires_at_threshold_once(config: dict, steps: list[tuple[str, str]], fired: list[int]) -> None:
-    run = DetectorRun("divergence", detectors={"divergence": config})
+    run = SeedRun("divergence", detectors={"divergence": config})
     assert _fired(run, steps) == fired
 
 
 def test_finding_shape_and_no_vote() -> None:
-    run = DetectorRun("divergence")
+    run = SeedRun("divergence")
     ctx = run.run([make_step("call_api", "tool", i) for i in range(3)])[-1]
     assert ctx.findings == [Finding(
         detector="divergence", event="otelloop.divergence_suspected", severity="warn",
@@ -54,7 +54,7 @@ def test_finding_shape_and_no_vote() -> None:
 
 
 def test_dedup_is_per_session() -> None:
-    run = DetectorRun("divergence")
+    run = SeedRun("divergence")
     steps = [make_step("a", "tool", i, session=sid) for i in range(4) for sid in ("s1", "s2")]
     fired = [(s.session, i // 2) for i, (s, ctx) in enumerate(zip(steps, run.run(steps))) if ctx.findings]
     assert fired == [("s1", 2), ("s2", 2)]
@@ -66,7 +66,7 @@ def test_dedup_is_per_session() -> None:
     pytest.param({"window": 2}, [], id="shrunk-window-caps-run"),
 ])
 def test_reload_applies_from_next_step(reload: dict, fired: list[int]) -> None:
-    run = DetectorRun("divergence")
+    run = SeedRun("divergence")
     first = run.run([make_step("a", "tool", i) for i in range(2)])
     run.reconfigure({"divergence": reload})
     later = run.run([make_step("a", "tool", i) for i in range(2, 5)])
@@ -74,7 +74,7 @@ def test_reload_applies_from_next_step(reload: dict, fired: list[int]) -> None:
 
 
 def test_emitted_signatures_stay_bounded() -> None:
-    run = DetectorRun("divergence")
+    run = SeedRun("divergence")
     signatures = MAX_EMITTED * 3
     steps = [make_step(f"tool_{n}", "tool", 3 * n + k) for n in range(signatures) for k in range(3)]
     assert sum(1 for ctx in run.run(steps) if ctx.findings) == signatures
@@ -82,7 +82,7 @@ def test_emitted_signatures_stay_bounded() -> None:
 
 
 def test_summary() -> None:
-    run = DetectorRun("divergence")
+    run = SeedRun("divergence")
     run.run([make_step("a", "tool", i) for i in range(4)])
     summary = run.engine.summaries(run.session("s1"))["divergence"]
     assert summary == {"last_signature": {"kind": "tool", "name": "a"}, "repeat_count": 4,

@@ -8,7 +8,7 @@ import pytest
 
 from otelloop.detectors.drift import DriftState
 from otelloop.model import Step
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 #: content / edit-text hashes used by the notation below
 HASHES = {"x": 101, "y": 102, "z": 103}
@@ -42,7 +42,7 @@ def parse(script: str) -> list[Step]:
 
 def alerts(script: str, **cfg: Any) -> list[tuple[str, str] | None]:
     """Per step: (pattern, escalation) of its drift event, or None."""
-    run = DetectorRun("drift", detectors={"drift": cfg} if cfg else None)
+    run = SeedRun("drift", detectors={"drift": cfg} if cfg else None)
     out: list[tuple[str, str] | None] = []
     for ctx in run.run(parse(script)):
         assert len(ctx.findings) <= 1
@@ -116,7 +116,7 @@ EMA_TABLE = [
 
 
 def test_ema_cooldown_and_escalation() -> None:
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     steps = parse(";".join(row[0] for row in EMA_TABLE))
     for n, (step, (_, ema, event, verdict)) in enumerate(zip(steps, EMA_TABLE), start=1):
         ctx = run.step(step)
@@ -135,7 +135,7 @@ def test_ema_cooldown_and_escalation() -> None:
 
 
 def test_hard_escalation_message_tells_the_agent_what_to_do() -> None:
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     run.run(parse(";".join(["R a"] * 9)))
     session = run.session()
     assert session.verdict == "nudge"
@@ -153,7 +153,7 @@ def test_zero_cooldown_alerts_every_holding_step() -> None:
 
 def test_long_target_is_shortened() -> None:
     command = "echo " + "x" * 2000
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     steps = [make_step("Bash", i=i, tool_class="exec", command=command, outcome="error", error_signature="e")
              for i in range(3)]
     target = run.run(steps)[-1].findings[0].attributes["otelloop.drift.target"]
@@ -161,7 +161,7 @@ def test_long_target_is_shortened() -> None:
 
 
 def test_state_stays_bounded() -> None:
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     cycle = ["R a", "W a 1", "E b x y", "F t s", "OK u", "-", "R c"]
     script = ";".join(cycle[i % len(cycle)] if i % 11 else f"R f{i}" for i in range(10_000))
     run.run(parse(script))
@@ -172,19 +172,19 @@ def test_state_stays_bounded() -> None:
 
 
 def test_non_coding_session_keeps_no_entries() -> None:
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     run.run([make_step("search_web", i=i) for i in range(50)])
     state: DriftState = run.session().states["drift"]
     assert state.reads is state.writes is state.runs is None
 
 
 def test_a_session_that_never_drifts_stores_no_trend_and_a_faded_trend_is_forgotten() -> None:
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     for step in parse("-; R a; R b; OK c"):
         run.step(step)
     quiet: DriftState = run.session().states["drift"]
     assert quiet.ema is DriftState().ema and quiet.last_alert is DriftState().last_alert  # shared, not per session
-    run = DetectorRun("drift")
+    run = SeedRun("drift")
     for step in parse("R a; R a; R a"):
         run.step(step)
     state: DriftState = run.session().states["drift"]

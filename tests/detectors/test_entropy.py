@@ -10,7 +10,7 @@ from otelloop.config import ConfigError, build_config
 from otelloop.detectors.base import StepContext
 from otelloop.detectors.entropy import EntropyConfig
 from otelloop.model import Step
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 ALERT = "otelloop.entropy_alert"
 N, W, L = "normal", "warning", "loop"
@@ -46,7 +46,7 @@ def _scores(ctxs: list[StepContext]) -> list[float]:
                  id="equal-thresholds-no-warning-band"),
 ])
 def test_score_and_severity(config: dict, names: str, scores: list[float], severities: list[str]) -> None:
-    ctxs = DetectorRun("entropy", detectors={"entropy": config}).run(_steps(names))
+    ctxs = SeedRun("entropy", detectors={"entropy": config}).run(_steps(names))
     assert _scores(ctxs) == scores
     assert _severities(ctxs) == severities
     assert [bool(ctx.findings) for ctx in ctxs] == [s == L for s in severities]
@@ -62,12 +62,12 @@ def test_score_and_severity(config: dict, names: str, scores: list[float], sever
     pytest.param([make_step("A", i=i, intent="plan") for i in range(5)], "loop", id="same-everything-loops"),
 ])
 def test_tuple_equality(steps: list[Step], severity: str) -> None:
-    ctxs = DetectorRun("entropy").run(steps)
+    ctxs = SeedRun("entropy").run(steps)
     assert ctxs[-1].attributes["otelloop.entropy_severity"] == severity
 
 
 def test_loop_event_on_every_loop_step() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     ctxs = run.run(_steps("AAAAAAA", intent="search", outcome="error"))
     alerts = [ctx.findings for ctx in ctxs]
     assert [len(f) for f in alerts] == [0, 0, 0, 0, 1, 1, 1]
@@ -93,7 +93,7 @@ def test_loop_event_on_every_loop_step() -> None:
     pytest.param({"loop_threshold": 0.6, "warning_threshold": 0.6}, "AA", "A", 2, 2, id="partial-window"),
 ])
 def test_repeated_pattern(config: dict, names: str, tool_call: str, count: int, window_size: int) -> None:
-    ctx = DetectorRun("entropy", detectors={"entropy": config}).run(_steps(names))[-1]
+    ctx = SeedRun("entropy", detectors={"entropy": config}).run(_steps(names))[-1]
     attrs = ctx.findings[0].attributes
     assert attrs["otelloop.repeated_pattern.tool_call"] == tool_call
     assert attrs["otelloop.occurrence_count"] == count
@@ -101,7 +101,7 @@ def test_repeated_pattern(config: dict, names: str, tool_call: str, count: int, 
 
 
 def test_loop_nudges_and_recovery_withdraws() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     verdicts = []
     for step in _steps("AAAAABCD"):
         ctx = run.step(step)
@@ -113,7 +113,7 @@ def test_loop_nudges_and_recovery_withdraws() -> None:
 
 
 def test_nudge_vote_carries_instruction() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     ctx = run.run(_steps("AAAAA"))[-1]
     verdict, reason, message = ctx.votes["entropy"]
     assert (verdict, reason) == ("nudge", "entropy loop")
@@ -128,12 +128,12 @@ def test_nudge_vote_carries_instruction() -> None:
     pytest.param({"authoritative_attribute": None}, {}, id="null-disables"),
 ])
 def test_authoritative_overwrite(config: dict, overwrites: dict) -> None:
-    ctx = DetectorRun("entropy", detectors={"entropy": config}).run(_steps("AAAAA"))[-1]
+    ctx = SeedRun("entropy", detectors={"entropy": config}).run(_steps("AAAAA"))[-1]
     assert ctx.overwrites == overwrites
 
 
 def test_sessions_are_independent() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     steps = [s for pair in zip(_steps("AAAAA", "s1"), _steps("ABCDE", "s2")) for s in pair]
     ctxs = run.run(steps)
     assert _severities(ctxs[-2:]) == ["loop", "normal"]
@@ -146,7 +146,7 @@ def test_sessions_are_independent() -> None:
     pytest.param({"window": 8, "loop_threshold": 0.4}, "loop", 6, id="window-grown-keeps-entries"),
 ])
 def test_reload_applies_on_next_step(reload: dict, severity: str, window_size: int) -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     before = run.run(_steps("AAAAB"))[-1]
     assert before.attributes["otelloop.entropy_severity"] == "warning"  # 0.4
     run.reconfigure({"entropy": reload})
@@ -164,7 +164,7 @@ def test_reload_applies_on_next_step(reload: dict, severity: str, window_size: i
     pytest.param({"loop_threshold": 0.3, "warning_threshold": 0.2}, id="above-warning"),
 ])
 def test_invalid_reload_is_rejected_naming_the_key(section: dict) -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     run.run(_steps("AAAA"))
     with pytest.raises(ConfigError) as err:
         run.reconfigure({"entropy": section})
@@ -180,13 +180,13 @@ def test_invalid_window_error_matches_spec() -> None:
 
 
 def test_state_stays_bounded() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     run.run([make_step(f"tool_{i % 7}", i=i) for i in range(1000)])
     assert len(run.session("s1").states["entropy"].window) == 5
 
 
 def test_summary() -> None:
-    run = DetectorRun("entropy")
+    run = SeedRun("entropy")
     run.run(_steps("AAAAA"))
     assert run.engine.summaries(run.session("s1"))["entropy"] == {
         "window": [["tool", "A", "success"]] * 5, "entropy_score": 0.2, "entropy_severity": "loop",

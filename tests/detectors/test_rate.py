@@ -10,7 +10,7 @@ import yaml
 from otelloop.config import build_config
 from otelloop.detectors.rate import RateConfig
 from otelloop.model import Finding
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -19,7 +19,7 @@ COST, TOKENS = "otelloop.cost_rate_exceeded", "otelloop.token_velocity_exceeded"
 
 def _events(config: dict, steps: list[tuple[int, int, float, int]]) -> list[list[str]]:
     """Event names per step; a step is (start ns, end ns, cost USD, output tokens) from a common epoch."""
-    run = DetectorRun("rate", detectors={"rate": config})
+    run = SeedRun("rate", detectors={"rate": config})
     ctxs = run.run([make_step(f"tool_{i}", "tool", start_ns=10 * S + start, end_ns=10 * S + end,
                               cost_usd=cost, output_tokens=tokens)
                     for i, (start, end, cost, tokens) in enumerate(steps)])
@@ -60,7 +60,7 @@ def test_rate_thresholds(config: dict, steps: list[tuple[int, int, float, int]],
 
 
 def test_finding_shapes_and_no_vote() -> None:
-    run = DetectorRun("rate")
+    run = SeedRun("rate")
     ctx = run.step(make_step(start_ns=S, end_ns=3 * S, cost_usd=1.0, output_tokens=3000))
     assert [(f.detector, f.severity, f.attributes) for f in ctx.findings] == [
         ("rate", "warn", {"otelloop.cost_rate": 0.5, "otelloop.threshold": 0.1}),
@@ -72,14 +72,14 @@ def test_finding_shapes_and_no_vote() -> None:
 
 
 def test_once_per_type_is_per_session() -> None:
-    run = DetectorRun("rate")
+    run = SeedRun("rate")
     steps = [make_step(i=i, session=sid, cost_usd=1.0) for i in range(2) for sid in ("s1", "s2")]
     fired = [s.session for s, ctx in zip(steps, run.run(steps)) if ctx.findings]
     assert fired == ["s1", "s2"]
 
 
 def test_reload_applies_from_next_step() -> None:
-    run = DetectorRun("rate")
+    run = SeedRun("rate")
     assert not run.step(make_step(i=0, cost_usd=0.04)).findings  # 0.04 / 0.5 s = 0.08 USD/s
     run.reconfigure({"rate": {"cost_usd_per_second": 0.02}})
     assert [f.event for f in run.step(make_step(i=1)).findings] == [COST]  # 0.04 / 1.5 s = 0.027 USD/s
@@ -91,7 +91,7 @@ def test_yaml_inf_disables() -> None:
 
 
 def test_summary() -> None:
-    run = DetectorRun("rate")
+    run = SeedRun("rate")
     run.run([make_step(i=i, cost_usd=0.01, output_tokens=10) for i in range(3)])
     assert run.engine.summaries(run.session("s1"))["rate"] == {
         "cost_usd": pytest.approx(0.03), "output_tokens": 30,

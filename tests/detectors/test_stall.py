@@ -9,7 +9,7 @@ import pytest
 from otelloop.detectors.base import StepContext
 from otelloop.detectors.stall import MAX_EDGES, MAX_NODES, MAX_WRITES, StallState, strongly_connected
 from otelloop.model import Step
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 MINUTE_NS = 60 * 1_000_000_000
 
@@ -25,7 +25,7 @@ def halts(ctx: StepContext) -> list[str]:
 
 
 def run_halts(steps: list[Step], **cfg: Any) -> list[list[str]]:
-    run = DetectorRun("stall", detectors={"stall": cfg} if cfg else None)
+    run = SeedRun("stall", detectors={"stall": cfg} if cfg else None)
     return [halts(ctx) for ctx in run.run(steps)]
 
 
@@ -54,19 +54,19 @@ def cycle_badges(contexts: list[StepContext]) -> list[tuple[str, int] | None]:
     pytest.param("a b c", [None, None, None], id="chain-no-cycle"),
 ])
 def test_cycle_id_and_iterations(nodes: str, expected: list[tuple[str, int] | None]) -> None:
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     assert cycle_badges(run.run(turns(*nodes.split()))) == expected
 
 
 def test_node_attribute_wins_over_span_name() -> None:
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     steps = [make_step("invoke_agent", kind="system", i=i, node=node)
              for i, node in enumerate(["planner", "coder", "planner"])]
     assert cycle_badges(run.run(steps))[-1] == ("coder,planner", 1)
 
 
 def test_tool_and_llm_steps_are_not_turns() -> None:
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     steps = [make_step("planner", kind="system", i=0), make_step("search", i=1),
              make_step("gpt", kind="llm", i=2), make_step("coder", kind="system", i=3)]
     contexts = run.run(steps)
@@ -85,7 +85,7 @@ def test_nested_spans_of_a_node_are_one_turn(child_start_s: int, child_end_s: in
     parent = make_step("planner", kind="system", i=0, end_ns=make_step(i=10).start_ns)
     child = make_step("planner", kind="system", start_ns=parent.start_ns + child_start_s * second,
                       end_ns=parent.start_ns + child_end_s * second)
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     run.run([parent, child])
     graph = run.session().states["stall"].graph
     assert graph.nodes["planner"].turns == expected_turns
@@ -100,7 +100,7 @@ def test_strongly_connected_components() -> None:
 # --- budgets ---------------------------------------------------------------------------------------
 
 def test_turn_budget_fires_at_the_seventh_turn_once() -> None:
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     contexts = run.run(turns(*["planner", "coder"] * 8))
     fired = [i for i, ctx in enumerate(contexts) if halts(ctx)]
     assert fired == [12]  # planner's 7th turn; coder's 7th is the same cycle and reason
@@ -124,7 +124,7 @@ def test_turn_budget_fires_at_the_seventh_turn_once() -> None:
                  id="cycle-runtime"),
 ])
 def test_budgets(cfg: dict[str, Any], steps: list[Step], fires_at: int, budget: str) -> None:
-    run = DetectorRun("stall", detectors={"stall": cfg})
+    run = SeedRun("stall", detectors={"stall": cfg})
     contexts = run.run(steps)
     fired = [(i, f.attributes["otelloop.budget"]) for i, ctx in enumerate(contexts) for f in ctx.findings]
     assert fired == [(fires_at, budget)]
@@ -233,7 +233,7 @@ def test_halt_event_attributes() -> None:
     steps = turns("planner", "coder", "planner", "coder", "planner", "coder",
                   output_hash=[1, 255, 2, 255, 3, 255], diff_hash=["d1", "d2", "d3", None, None, "d4"],
                   failure_signature=[None, "f1", None, "f2", None, "f3"])
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     ctx = run.run(steps)[-1]
     (finding,) = ctx.findings
     assert finding.event == "otelloop.loop_halted"
@@ -252,7 +252,7 @@ def test_halt_event_attributes() -> None:
 
 def test_node_outside_a_cycle_is_named_by_itself() -> None:
     step = make_step("planner", kind="system", end_ns=make_step().start_ns + 11 * MINUTE_NS, output_hash=-1)
-    (finding,) = DetectorRun("stall").run([step])[0].findings
+    (finding,) = SeedRun("stall").run([step])[0].findings
     assert finding.attributes["otelloop.cycle_id"] == "planner"
     assert finding.attributes["otelloop.loop_iteration"] == 0
     assert finding.attributes["otelloop.evidence.output_hashes"] == ["ffffffffffffffff"]
@@ -263,7 +263,7 @@ def test_node_outside_a_cycle_is_named_by_itself() -> None:
     pytest.param("repeated_error", "failure_signature", ["f"] * 3, "retry_with_new_provider", id="repeated"),
 ])
 def test_suggested_actions_per_reason(reason: str, field: str, values: list[Any], first_action: str) -> None:
-    contexts = DetectorRun("stall").run(turns(*["coder"] * len(values), **{field: values}))
+    contexts = SeedRun("stall").run(turns(*["coder"] * len(values), **{field: values}))
     (finding,) = contexts[-1].findings
     assert finding.attributes["otelloop.halt_reason"] == reason
     assert finding.attributes["otelloop.suggested_actions"][0] == first_action  # type: ignore[index]
@@ -275,7 +275,7 @@ def test_different_reasons_each_halt_once() -> None:
 
 
 def test_halt_stops_the_session_and_holds() -> None:
-    run = DetectorRun("stall")
+    run = SeedRun("stall")
     contexts = run.run(turns("coder", "coder", "coder", output_hash=[7, 7, 7]))
     session = run.session()
     assert contexts[-1].attributes["otelloop.verdict"] == "stop"
@@ -290,7 +290,7 @@ def test_halt_stops_the_session_and_holds() -> None:
 # --- bounded state ------------------------------------------------------------------------------------
 
 def test_state_stays_bounded() -> None:
-    run = DetectorRun("stall", detectors={"stall": {"max_turns_per_node": None, "max_cycle_iterations": None}})
+    run = SeedRun("stall", detectors={"stall": {"max_turns_per_node": None, "max_cycle_iterations": None}})
     for i in range(10_000):
         if i % 3 == 0:
             run.step(make_step("Write", i=i, tool_class="write", content_hash=i))

@@ -10,7 +10,7 @@ import pytest
 from otelloop import similarity
 from otelloop.config import ConfigError, build_config
 from otelloop.model import Step
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 OFF = {"similarity": "off"}
 
@@ -82,7 +82,7 @@ LEVEL = {"o": "observe", "n": "nudge", "s": "stop"}
 
 @pytest.mark.parametrize("table", TABLES.values(), ids=TABLES.keys())
 def test_score_table(table: Table) -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": table.config})
+    run = SeedRun("trajectory", detectors={"trajectory": table.config})
     for i, (step, score, level) in enumerate(zip(table.steps, table.scores, table.levels, strict=True)):
         ctx = run.step(step)
         assert ctx.attributes["otelloop.loop_score"] == pytest.approx(score, abs=1e-6), f"step {i + 1}"
@@ -96,7 +96,7 @@ def test_score_table(table: Table) -> None:
 
 
 def test_intervention_event_attributes() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     ctxs = run.run(identical(4))
     nudge, stop = ctxs[2].findings[0], ctxs[3].findings[0]
     assert (nudge.detector, nudge.severity) == ("trajectory", "warn")
@@ -109,16 +109,16 @@ def test_intervention_event_attributes() -> None:
 
 
 def test_nudge_messages_name_what_repeats() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     pingpong = run.run(alternating(6, changing=False))[-1]
     assert "A → B" in pingpong.findings[0].attributes["otelloop.nudge_message"]
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     phantom = run.run(frozen_result(6))[-1]
     assert "unchanged" in phantom.findings[0].attributes["otelloop.nudge_message"]
 
 
 def test_votes_follow_the_level_and_stop_holds() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     run.run(identical(3))
     session = run.session()
     assert session.verdict == "nudge"
@@ -134,14 +134,14 @@ def test_votes_follow_the_level_and_stop_holds() -> None:
 
 
 def test_a_new_episode_after_recovery_alerts_again() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     steps = recovery() + [call(20 + i, "read_file", args=3, output=1) for i in range(3)]
     events = [i for i, ctx in enumerate(run.run(steps)) if ctx.findings]
     assert events == [2, 9]
 
 
 def test_non_tool_steps_are_ignored() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     for i, step in enumerate(identical(3)):
         llm = run.step(make_step("chat gpt-4o", kind="llm", i=2 * i))
         assert "otelloop.loop_score" not in llm.attributes
@@ -152,7 +152,7 @@ def test_non_tool_steps_are_ignored() -> None:
 
 
 def test_plain_repetition_is_not_ping_pong() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
+    run = SeedRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
     ctxs = run.run(identical(8))
     assert all(ctx.attributes["otelloop.loop_score"] == 0 for ctx in ctxs)
 
@@ -160,7 +160,7 @@ def test_plain_repetition_is_not_ping_pong() -> None:
 def test_ping_pong_uses_tool_names_with_one_agent() -> None:
     # The same tool with alternating arguments over a frozen page: phantom progress only, no ping-pong.
     steps = [call(i, "browser", args=i % 2, state_hash="page-1") for i in range(6)]
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     run.run(steps)
     assert run.session().states["trajectory"].types == ("phantom_progress",)
 
@@ -168,20 +168,20 @@ def test_ping_pong_uses_tool_names_with_one_agent() -> None:
 def test_ping_pong_with_a_single_state_hash_is_still_detected() -> None:
     steps = alternating(6, changing=False)
     steps[4].state_hash = "only-one"
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     assert [c.attributes["otelloop.loop_score"] for c in run.run(steps)][4:] == [1.0, 2.5]
 
 
 def test_ping_pong_over_repeating_states_is_detected() -> None:
     # A and B each return their own constant result: the states alternate, they do not all differ.
     steps = [call(i, "AB"[i % 2], args=i % 2, output=i % 2) for i in range(6)]
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     assert [c.attributes["otelloop.loop_score"] for c in run.run(steps)][4:] == [1.0, 2.5]
 
 
 def test_ping_pong_of_three() -> None:
     steps = [call(i, "ABC"[i % 3], args=i % 3) for i in range(9)]
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     scores = [c.attributes["otelloop.loop_score"] for c in run.run(steps)]
     assert scores == [0, 0, 0, 0, 0, 1.0, 2.0, 3.0, 4.5]
 
@@ -192,7 +192,7 @@ def queries(*texts: str, outcome: str = "empty") -> list[Step]:
 
 
 def test_lexical_semantic_repeat_catches_reworded_queries() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {}})
+    run = SeedRun("trajectory", detectors={"trajectory": {}})
     ctxs = run.run(queries("weather Paris", "Paris weather", "weather in Paris", "in Paris weather"))
     assert [c.attributes["otelloop.loop_score"] for c in ctxs[:3]] == [0, 0, 0]
     state = run.session().states["trajectory"]
@@ -206,7 +206,7 @@ def test_reading_different_files_is_not_a_semantic_repeat() -> None:
              "README.md"]
     steps = [make_step("read_file", i=i, args_hash=i, args_text=f'{{"path": "{p}"}}', output_hash=50 + i)
              for i, p in enumerate(paths)]
-    run = DetectorRun("trajectory", detectors={"trajectory": {}})
+    run = SeedRun("trajectory", detectors={"trajectory": {}})
     assert all(c.attributes["otelloop.loop_score"] == 0 for c in run.run(steps))
 
 
@@ -215,21 +215,21 @@ def test_negated_near_duplicate_is_penalised() -> None:
     # Both differ from the base by one extra word (cosine 0.93); only the negated one is penalised.
     negated = queries("not python release date")[0]
     reworded = queries("python 3 release date")[0]
-    run = DetectorRun("trajectory", detectors={"trajectory": {}})
+    run = SeedRun("trajectory", detectors={"trajectory": {}})
     run.run(base)
     assert run.step(negated).attributes["otelloop.loop_score"] == 0
-    run = DetectorRun("trajectory", detectors={"trajectory": {}})
+    run = SeedRun("trajectory", detectors={"trajectory": {}})
     run.run(base)
     assert run.step(reworded).attributes["otelloop.loop_score"] > 0
 
 
 def test_similarity_off_never_reports_semantic_repeat() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
+    run = SeedRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
     assert all(c.attributes["otelloop.loop_score"] == 0 for c in run.run(identical(6)))
 
 
 def test_state_is_bounded() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {}})
+    run = SeedRun("trajectory", detectors={"trajectory": {}})
     long_args = "x" * 10_000
     for i in range(300):
         run.step(make_step(f"tool_{i % 7}", i=i, args_hash=i, args_text=long_args, output_hash=i))
@@ -239,7 +239,7 @@ def test_state_is_bounded() -> None:
 
 
 def test_reload_applies_thresholds_and_history_size() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     run.run(alternating(6, changing=False))
     run.reconfigure({"trajectory": {**OFF, "history": 3, "nudge_threshold": 4.5, "stop_threshold": 4.9}})
     ctx = run.step(call(6, "A", args=0))
@@ -254,7 +254,7 @@ def test_reload_applies_thresholds_and_history_size() -> None:
 
 
 def test_switching_similarity_on_mid_session() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
+    run = SeedRun("trajectory", detectors={"trajectory": {**OFF, "weights": {"stutter": 0}}})
     run.run(identical(3))
     run.reconfigure({"trajectory": {"weights": {"stutter": 0}}})
     ctxs = run.run([call(3 + i, "search_web", args=1, output=7) for i in range(4)])
@@ -264,7 +264,7 @@ def test_switching_similarity_on_mid_session() -> None:
 
 
 def test_summary() -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": OFF})
+    run = SeedRun("trajectory", detectors={"trajectory": OFF})
     run.run(identical(3))
     summary = run.engine.summaries(run.session())["trajectory"]
     assert summary["loop_score"] == 2.0 and summary["intervention"] == "nudge"

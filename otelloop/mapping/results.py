@@ -1,0 +1,78 @@
+"""What a tool's result text says beyond its bytes: volatile parts, "nothing found", "it failed".
+
+Telling a loop from progress turns on whether a tool result is new information. Two runs of the same
+test suite that fail the same way differ in their timing line (``1 failed in 0.03s``), two searches that
+find nothing say so in different words (``No results for 'x'``), and a command's failure often arrives as
+ordinary output rather than as an error status. This module owns those readings of result texts:
+
+- :func:`normalise_result`: the volatile parts (durations, clock times, dates, uuids, memory addresses,
+  long hex ids, temporary paths) replaced by placeholders before a result is hashed, so the same result
+  of two runs hashes the same while counts (``3 failed`` vs ``2 failed``) and states (``running`` vs
+  ``done``) still differ;
+- :func:`result_flags`: whether a result is blank (says nothing: empty, ``none``, ``no results …``,
+  ``not found``) and whether it reports a failure (a failing test summary, a traceback, a non-zero exit).
+
+Everything here is a pure function of the text, memoised by the caller with the result's hash.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The result says nothing (an empty or "nothing found" answer).
+BLANK = 1
+#: The result reports a failure (failing tests, a traceback, a non-zero exit status).
+FAILED = 2
+
+#: Results longer than this are never blank; only their tail is searched for a failure summary.
+_BLANK_MAX_CHARS = 300
+_FAILURE_TAIL_CHARS = 4096
+
+_VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
+     "<date>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    (re.compile(r"(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>"),
+    # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
+    (re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{16,}\b"), "<hex>"),
+    # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>"),
+)
+
+_BLANK_TEXT = re.compile(
+    r"\b(?:no|0|zero)\s+(?:\w+\s+)?(?:results?|matches|match|hits?|documents?|docs|entries|items|records|"
+    r"rows|files?|pages?|articles?|sources?)\b"
+    r"|\bnothing\s+(?:was\s+)?(?:found|matched|returned)\b|\bnot\s+found\b|\bfound\s+nothing\b"
+    r"|^\W*(?:none|null|nil|n/?a|empty|no data|\[\]|\{\})\W*$",
+    re.IGNORECASE)
+
+_FAILURE_TEXT = re.compile(
+    r"\b[1-9]\d*\s+(?:failed|failures?|errors?)\b"                 # pytest / jest / mocha summaries
+    r"|\bFAILED\s*\((?:failures|errors)=[1-9]"                      # unittest
+    r"|^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:"                           # go test, generic markers
+    r"|Traceback \(most recent call last\)"
+    r"|\b(?:exit|return)\s?(?:code|status)\s*[:=]?\s*[1-9]\d*\b|\bexited with (?:code|status) [1-9]"
+    r"|\bcommand not found\b",
+    re.MULTILINE)
+
+
+def normalise_result(text: str) -> str:
+    """``text`` with its volatile parts replaced by placeholders (see the module docstring)."""
+    if not any(c.isdigit() for c in text) and "/tmp" not in text:
+        return text
+    for pattern, placeholder in _VOLATILE:
+        text = pattern.sub(placeholder, text)
+    return text
+
+
+def result_flags(text: str, empty: bool) -> int:
+    """:data:`BLANK` and :data:`FAILED` bits of a result's text (``empty``: blank by its structure)."""
+    flags = BLANK if empty else 0
+    stripped = text.strip()
+    if not flags and len(stripped) <= _BLANK_MAX_CHARS and _BLANK_TEXT.search(stripped):
+        flags |= BLANK
+    if _FAILURE_TEXT.search(stripped[-_FAILURE_TAIL_CHARS:]):
+        flags |= FAILED
+    return flags

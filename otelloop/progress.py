@@ -1,0 +1,147 @@
+"""Whether a session's step brought something new: the progress half of "repetition without progress".
+
+An agent repeating itself is not stuck while each repetition teaches it something or changes something:
+a batch of reads returns new file contents, a polled job moves from ``queued`` to ``done``, a test run
+after an edit fails less. It is stuck when repetitions bring nothing new. This module owns that
+judgement, made once per step before the detectors run, and written on the step:
+
+- ``Step.novel``: True when a tool step's result was never seen before in the session (results are
+  compared by their canonical hash, so per-call ids and timings do not count as new), when a write gives
+  a file content it has not had before, or when an error is a new one; False when the result repeats an
+  earlier one or says nothing (``no results``); None when the step has no result to judge (LLM and agent
+  steps, tools whose spans carry no output).
+- ``Step.repeats``: how many times in a row this same call (tool and arguments) has now given this same
+  result, counting occurrences of the call wherever they fall in the session (1 for a first result).
+- ``Step.progress``: how many steps of the session have brought something new so far, and
+  ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new.
+
+State per session is a few small integer arrays (results remembered, recent calls), bounded whatever the
+session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as new again.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from otelloop.mapping.results import BLANK
+from otelloop.model import Step
+
+#: Distinct results (and written file versions) remembered per session.
+MAX_RESULTS = 48
+#: Distinct recent calls whose last result is remembered per session.
+MAX_CALLS = 12
+#: Low bits of a remembered call entry that hold its run length.
+_RUN_BITS = 8
+_RUN_MASK = (1 << _RUN_BITS) - 1
+_MASK64 = (1 << 64) - 1
+
+
+class ProgressState:
+    """Result keys seen in the session and the last result of recent calls, as flat integer arrays."""
+
+    __slots__ = ("calls", "count", "seen", "stale")
+
+    def __init__(self) -> None:
+        #: result keys, oldest first (a ring of at most MAX_RESULTS)
+        self.seen: array[int] | None = None
+        #: pairs (call key, result key with its run length in the low bits), oldest first
+        self.calls: array[int] | None = None
+        #: steps of the session that brought something new
+        self.count = 0
+        #: tool steps in a row, up to the latest, that brought nothing new
+        self.stale = 0
+
+
+def observe(state: ProgressState, step: Step) -> None:
+    """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``, ``progress``)."""
+    if step.kind == "tool":
+        key = step.result = result_key(step)
+        call = hash((step.name, step.args_hash)) & _MASK64
+        if key is not None:
+            step.novel = _remember_result(state, key) and not step.result_flags & BLANK
+            step.repeats = _remember_call(state, call, key)
+            if step.novel:
+                state.count += 1
+                state.stale = 0
+            else:
+                state.stale += 1
+        else:
+            step.repeats = _remember_call(state, call, 0)
+    step.progress = state.count
+    step.stale = state.stale
+
+
+def result_key(step: Step) -> int | None:
+    """The result key of a tool step as an unsigned 64-bit integer (see :func:`_result_key`)."""
+    key = _result_key(step)
+    return None if key is None else key & _MASK64
+
+
+def _result_key(step: Step) -> int | None:
+    """What a tool step's effect is identified by, or None when its span does not say.
+
+    A write is identified by the file version it produces (or by its arguments when its content is
+    unknown), a failure by its error signature, a result that says nothing by its tool, and any other
+    result by its canonical hash — whichever tool returned it.
+    """
+    if step.outcome == "error":
+        return hash(("error", step.name, step.error_hash))
+    if step.tool_class == "write":
+        if step.content_hash is not None:
+            return hash(("file", step.file_path, step.content_hash))
+        if step.edit_old_hash is not None or step.edit_new_hash is not None:
+            # An edit and the edit that undoes it change the file between the same two versions.
+            pair = sorted((step.edit_old_hash or 0, step.edit_new_hash or 0))
+            return hash(("edit", step.file_path, *pair))
+        return hash(("write", step.name, step.args_hash))
+    if step.result_flags & BLANK:
+        return hash(("blank", step.name))
+    return step.output_hash
+
+
+def _remember_result(state: ProgressState, key: int) -> bool:
+    """Record a result key; True when it was not seen before."""
+    seen = state.seen
+    if seen is None:
+        state.seen = array("Q", (key,))
+        return True
+    if key in seen:
+        return False
+    seen.append(key)
+    if len(seen) > MAX_RESULTS:
+        del seen[0]
+    return True
+
+
+def _remember_call(state: ProgressState, call: int, key: int) -> int:
+    """Record that ``call`` gave result ``key`` and return how many times in a row it now has."""
+    calls = state.calls
+    packed_key = key & ~_RUN_MASK
+    run = 1
+    if calls is None:
+        state.calls = calls = array("Q")
+    else:
+        i = _find_call(calls, call)
+        if i >= 0:
+            last = calls[i + 1]
+            if key and last & ~_RUN_MASK == packed_key:
+                run = min((last & _RUN_MASK) + 1, _RUN_MASK)
+            del calls[i:i + 2]
+    calls.append(call)
+    calls.append(packed_key | run)
+    if len(calls) > 2 * MAX_CALLS:
+        del calls[0:2]
+    return run
+
+
+def _find_call(calls: array[int], call: int) -> int:
+    """Index of ``call`` among the call keys (even positions) of ``calls``, or -1."""
+    start = 0
+    while True:
+        try:
+            i = calls.index(call, start)
+        except ValueError:
+            return -1
+        if not i & 1:
+            return i
+        start = i + 1
