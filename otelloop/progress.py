@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from array import array
 
+from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import BLANK
 from otelloop.model import Step
 
@@ -81,22 +82,27 @@ def _result_key(step: Step) -> int | None:
     """What a tool step's effect is identified by, or None when its span does not say.
 
     A write is identified by the file version it produces (or by its arguments when its content is
-    unknown), a failure by its error signature, a result that says nothing by its tool, and any other
-    result by its canonical hash — whichever tool returned it.
+    unknown), a failure by its normalised error text, a result that says nothing by its tool, and any
+    other result by its canonical hash — whichever tool returned it. Keys are stable hashes (they are
+    shown on findings, and replicas and replays must agree on them).
     """
     if step.outcome == "error":
-        return hash(("error", step.name, step.error_hash))
+        return _stable("error", step.name, step.error_hash)
     if step.tool_class == "write":
         if step.content_hash is not None:
-            return hash(("file", step.file_path, step.content_hash))
+            return _stable("file", step.file_path, step.content_hash)
         if step.edit_old_hash is not None or step.edit_new_hash is not None:
             # An edit and the edit that undoes it change the file between the same two versions.
             pair = sorted((step.edit_old_hash or 0, step.edit_new_hash or 0))
-            return hash(("edit", step.file_path, *pair))
-        return hash(("write", step.name, step.args_hash))
+            return _stable("edit", step.file_path, *pair)
+        return _stable("write", step.name, step.args_hash)
     if step.result_flags & BLANK:
-        return hash(("blank", step.name))
+        return _stable("blank", step.name)
     return step.output_hash
+
+
+def _stable(*parts: object) -> int:
+    return hash_text("\x1f".join(map(str, parts)))
 
 
 def _remember_result(state: ProgressState, key: int) -> bool:
