@@ -76,6 +76,7 @@ class Step:
     result: int | None = None
     novel: bool | None = None
     repeats: int = 0
+    tool_repeats: int = 0
     progress: int = 0
     stale: int = 0
 

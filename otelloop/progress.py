@@ -11,7 +11,10 @@ judgement, made once per step before the detectors run, and written on the step:
   earlier one or says nothing (``no results``); None when the step has no result to judge (LLM and agent
   steps, tools whose spans carry no output).
 - ``Step.repeats``: how many times in a row this same call (tool and arguments) has now given this same
-  result, counting occurrences of the call wherever they fall in the session (1 for a first result).
+  result, counting occurrences of the call wherever they fall in the session (1 for a first result);
+  ``Step.tool_repeats`` the same for the tool whatever its arguments, for results that say nothing or
+  report a failure (searches worded differently that all find nothing give one tool the same result
+  again and again; a batch of different calls acknowledged alike does not count).
 - ``Step.progress``: how many steps of the session have brought something new so far, and
   ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new.
 
@@ -24,13 +27,13 @@ from __future__ import annotations
 from array import array
 
 from otelloop.mapping.canonical import hash_text
-from otelloop.mapping.results import BLANK
+from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
 
 #: Distinct results (and written file versions) remembered per session.
 MAX_RESULTS = 48
-#: Distinct recent calls whose last result is remembered per session.
-MAX_CALLS = 12
+#: Distinct recent calls (and tools) whose last result is remembered per session.
+MAX_CALLS = 16
 #: Low bits of a remembered call entry that hold its run length.
 _RUN_BITS = 8
 _RUN_MASK = (1 << _RUN_BITS) - 1
@@ -61,6 +64,10 @@ def observe(state: ProgressState, step: Step) -> None:
         if key is not None:
             step.novel = _remember_result(state, key) and not step.result_flags & BLANK
             step.repeats = _remember_call(state, call, key)
+            if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
+                # Only results that say nothing or fail count for a tool whatever its arguments: a batch
+                # of different calls acknowledged alike ("ok", "sent") is work.
+                step.tool_repeats = _remember_call(state, hash(step.name) & _MASK64, key)
             if step.novel:
                 state.count += 1
                 state.stale = 0
@@ -82,8 +89,8 @@ def _result_key(step: Step) -> int | None:
     """What a tool step's effect is identified by, or None when its span does not say.
 
     A write is identified by the file version it produces (or by its arguments when its content is
-    unknown), a failure by its normalised error text, a result that says nothing by its tool, and any
-    other result by its canonical hash — whichever tool returned it. Keys are stable hashes (they are
+    unknown), a failure by its normalised error text, a result that says nothing by its tool, a result
+    that only acknowledges the action by the call's arguments, and any other result by its canonical hash — whichever tool returned it. Keys are stable hashes (they are
     shown on findings, and replicas and replays must agree on them).
     """
     if step.outcome == "error":
@@ -98,6 +105,8 @@ def _result_key(step: Step) -> int | None:
         return _stable("write", step.name, step.args_hash)
     if step.result_flags & BLANK:
         return _stable("blank", step.name)
+    if step.result_flags & ACK:  # an acknowledged action is identified by what it was asked to do
+        return _stable("ack", step.name, step.args_hash)
     return step.output_hash
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
+from otelloop.mapping.results import BLANK, FAILED
 from otelloop.model import AttrValue, Finding, Step
 from otelloop.similarity import (
     Similarity,
@@ -140,6 +141,8 @@ class _Entry(NamedTuple):
     target: str | None
     #: the step brought something new (``Step.novel``); None when that is unknown
     novel: bool | None
+    #: it brought nothing new and its result says nothing or reports a failure
+    fruitless: bool
 
 
 _ENTRY_CACHE: dict[_Entry, _Entry] = {}
@@ -158,6 +161,8 @@ class _Signal(NamedTuple):
     confidence: float
     repeats: int
     subject: str
+    #: counted by results (progress-aware stutter) rather than by identical calls in a row
+    same_result: bool = False
 
 
 class TrajectoryState:
@@ -204,7 +209,7 @@ class TrajectoryDetector(Detector):
             state.history = state.history[-cfg.history:]
         entry = _interned(self._entry(step))
         _note_agent(state, entry.agent)
-        signals = self._detect(state, entry)
+        signals = self._detect(state, entry, step)
         state.history = (*state.history, entry)[-cfg.history:]
         previous = state.level
         state.score = _next_score(state.score, signals, cfg)
@@ -229,9 +234,10 @@ class TrajectoryDetector(Detector):
             descriptor = f"{step.name}({(step.args_text or '')[:MAX_ARGS_CHARS]}) → {step.outcome}"
         return _Entry(step.name, step.agent, step.args_hash, state, descriptor,
                       descriptor is not None and is_negated(descriptor), step.file_path or step.command,
-                      step.novel if self.config.progress_aware else None)
+                      step.novel if self.config.progress_aware else None,
+                      step.novel is False and (step.outcome == "error" or bool(step.result_flags & (BLANK | FAILED))))
 
-    def _detect(self, state: TrajectoryState, entry: _Entry) -> dict[str, _Signal]:
+    def _detect(self, state: TrajectoryState, entry: _Entry, step: Step) -> dict[str, _Signal]:
         """The loop types that fire on ``entry`` given the earlier steps, in report order."""
         history = state.history
         aware = self.config.progress_aware
@@ -240,7 +246,8 @@ class TrajectoryDetector(Detector):
             return {}
         state.phantom_run = state.phantom_run + 1 if _phantom(history, entry) else 0
         found = {
-            "stutter": _stutter(history, entry, self.config.min_repeats, aware),
+            "stutter": (_same_result(step, self.config.min_repeats) if aware and entry.novel is False
+                        else _stutter(history, entry, self.config.min_repeats, aware)),
             "semantic_repeat": self._semantic_repeat(history, entry),
             "phantom_progress": _phantom_signal(state.phantom_run),
             "ping_pong": _ping_pong([*history, entry], state.multi_agent, aware),
@@ -253,8 +260,8 @@ class TrajectoryDetector(Detector):
         """Type II: similar to >= ``min_repeats`` earlier descriptors; confidence is their mean similarity.
 
         Progress-aware, only earlier steps that brought nothing new are compared, two calls on different
-        files or commands are never similar, and a call of the same tool that also brought nothing new
-        counts as similar (at the threshold) whatever the wording of its arguments.
+        files or commands are never similar, and a call of the same tool whose result also said nothing
+        or failed counts as similar (at the threshold) whatever the wording of its arguments.
         """
         if self._backend is None or entry.descriptor is None:
             return None
@@ -272,7 +279,7 @@ class TrajectoryDetector(Detector):
             if aware:
                 if entry.target is not None and other.target is not None and entry.target != other.target:
                     continue
-                if other.name == entry.name and entry.novel is False and other.novel is False:
+                if other.name == entry.name and entry.fruitless and other.fruitless:
                     sim = max(sim, threshold)
             if sim >= threshold:
                 matches.append(sim)
@@ -308,6 +315,15 @@ def _action_differs(a: _Entry, b: _Entry) -> bool:
     if a.name != b.name:
         return True
     return a.args_hash is not None and b.args_hash is not None and a.args_hash != b.args_hash
+
+
+def _same_result(step: Step, min_repeats: int) -> _Signal | None:
+    """Type I, progress-aware: this call (or this tool, whatever its arguments) has given this same
+    result ``min_repeats`` times in a row, and nothing new came back in the session since its first
+    time — whether the calls follow each other or alternate with others (parallel calls, two tools
+    taking turns)."""
+    count = min(max(step.repeats, step.tool_repeats), step.stale + 1)
+    return _Signal(1.0, count, step.name, same_result=True) if count >= min_repeats else None
 
 
 def _stutter(history: tuple[_Entry, ...], entry: _Entry, min_repeats: int, aware: bool) -> _Signal | None:
@@ -406,7 +422,9 @@ def _quote(name: str) -> str:
 def _sentence(kind: str, signal: _Signal) -> str:
     subject = _quote(signal.subject)
     if kind == "stutter":
-        return (f"You have called {subject} with the same arguments {signal.repeats} times in a row; "
+        return (f"You have called {subject} {signal.repeats} times and got the same result each time; do "
+                "not call it again the same way." if signal.same_result else
+                f"You have called {subject} with the same arguments {signal.repeats} times in a row; "
                 "do not call it again with these arguments.")
     if kind == "semantic_repeat":
         return (f"This {subject} call repeats {signal.repeats} recent calls in substance; rephrasing it "

@@ -10,7 +10,9 @@ ordinary output rather than as an error status. This module owns those readings 
   of two runs hashes the same while counts (``3 failed`` vs ``2 failed``) and states (``running`` vs
   ``done``) still differ;
 - :func:`result_flags`: whether a result is blank (says nothing: empty, ``none``, ``no results …``,
-  ``not found``) and whether it reports a failure (a failing test summary, a traceback, a non-zero exit).
+  ``not found``), whether it reports a failure (a failing test summary, a traceback, a non-zero exit),
+  and whether it only acknowledges an action (``ok``, ``Saved``), so that what tells two such calls
+  apart is what they were asked to do.
 
 Everything here is a pure function of the text, memoised by the caller with the result's hash.
 """
@@ -23,9 +25,13 @@ import re
 BLANK = 1
 #: The result reports a failure (failing tests, a traceback, a non-zero exit status).
 FAILED = 2
+#: The result only acknowledges an action (``ok``, ``Saved``, ``File written successfully``).
+ACK = 4
 
-#: Results longer than this are never blank; only their tail is searched for a failure summary.
+#: Results longer than this are never blank or acknowledgements; only their tail is searched for a
+#: failure summary.
 _BLANK_MAX_CHARS = 300
+_ACK_MAX_CHARS = 120
 _FAILURE_TAIL_CHARS = 4096
 
 _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -48,6 +54,11 @@ _BLANK_TEXT = re.compile(
     r"|^\W*(?:none|null|nil|n/?a|empty|no data|\[\]|\{\})\W*$",
     re.IGNORECASE)
 
+_ACK_TEXT = re.compile(
+    r"^\W*(?:ok|okay|done|success|succeeded|true|saved|created|updated|written|wrote|sent|deleted|removed|added|"
+    r"stored|queued|accepted|submitted|applied|scheduled|recorded)\b|\bsuccessfully\b",
+    re.IGNORECASE)
+
 _FAILURE_TEXT = re.compile(
     r"\b[1-9]\d*\s+(?:failed|failures?|errors?)\b"                 # pytest / jest / mocha summaries
     r"|\bFAILED\s*\((?:failures|errors)=[1-9]"                      # unittest
@@ -68,11 +79,14 @@ def normalise_result(text: str) -> str:
 
 
 def result_flags(text: str, empty: bool) -> int:
-    """:data:`BLANK` and :data:`FAILED` bits of a result's text (``empty``: blank by its structure)."""
+    """:data:`BLANK`, :data:`FAILED` and :data:`ACK` bits of a result's text (``empty``: blank by its
+    structure)."""
     flags = BLANK if empty else 0
     stripped = text.strip()
     if not flags and len(stripped) <= _BLANK_MAX_CHARS and _BLANK_TEXT.search(stripped):
         flags |= BLANK
     if _FAILURE_TEXT.search(stripped[-_FAILURE_TAIL_CHARS:]):
         flags |= FAILED
+    elif not flags and len(stripped) <= _ACK_MAX_CHARS and _ACK_TEXT.search(stripped):
+        flags |= ACK
     return flags
