@@ -283,3 +283,27 @@ def test_bare_string_arguments_of_single_argument_tools(tool: str, raw: str, exp
     s = span("t", {"openinference.span.kind": "TOOL", "tool.name": tool, "input.value": raw})
     step = map_request(request(s))[0]
     assert (step.tool_class, step.file_path, step.command) == expected
+
+
+# -- dialects that carry content in span events or in wrappers ----------------------------------------
+
+
+def test_results_in_message_parts_hash_by_their_result() -> None:
+    def response(call: str, result: Any) -> str:
+        return json.dumps([{"role": "tool", "parts": [{"type": "tool_call_response", "id": call, "response": result}]}])
+    steps = map_request(request(tool_span(result=response("t1", [{"text": "x"}])),
+                                tool_span(result=response("t2", [{"text": "x"}])),
+                                tool_span(result='[{"text": "x"}]'), tool_span(result=response("t3", []))))
+    assert steps[0].output_hash == steps[1].output_hash == steps[2].output_hash
+    assert steps[3].outcome == "empty"
+
+
+def test_bound_call_arguments_hash_by_their_keyword_arguments() -> None:
+    def smolagents(kwargs: dict, args: list | None = None) -> Span:
+        return span("SimpleTool", {"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": json.dumps(
+            {"args": args or [], "sanitize_inputs_outputs": True, "kwargs": kwargs})})
+    steps = map_request(request(smolagents({"path": "a.txt"}), tool_span("read_file", args='{"path": "a.txt"}'),
+                                smolagents({"path": "b.txt"}), smolagents({}, ["a.txt"])))
+    assert steps[0].args_hash == steps[1].args_hash != steps[2].args_hash
+    assert [s.file_path for s in steps] == ["a.txt", "a.txt", "b.txt", None]
+    assert steps[3].args_text.startswith('{"args":["a.txt"]')  # positional arguments: kept as they are
