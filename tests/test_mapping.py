@@ -398,3 +398,33 @@ def test_bound_call_arguments_hash_by_their_keyword_arguments() -> None:
     assert steps[0].args_hash == steps[1].args_hash != steps[2].args_hash
     assert [s.file_path for s in steps] == ["a.txt", "a.txt", "b.txt", None]
     assert steps[3].args_text.startswith('{"args":["a.txt"]')  # positional arguments: kept as they are
+
+
+def test_system_steps_carry_no_usage() -> None:
+    """An agent span's usage is the total of its model calls, which are steps of their own."""
+    cfg = {"pricing": {"m": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}}
+    agent = one({"gen_ai.operation.name": "invoke_agent", "gen_ai.request.model": "m",
+                 "gen_ai.usage.input_tokens": 260, "gen_ai.usage.output_tokens": 35, "gen_ai.usage.cost": 1.0},
+                config=cfg)
+    oi_agent = one({"openinference.span.kind": "AGENT", "llm.token_count.prompt": 620, "llm.token_count.completion": 45})
+    chat = one({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 50,
+                "gen_ai.usage.output_tokens": 7}, config=cfg)
+    assert (agent.input_tokens, agent.output_tokens, agent.cost_usd) == (0, 0, 0.0)
+    assert (oi_agent.input_tokens, oi_agent.output_tokens) == (0, 0)
+    assert (chat.input_tokens, chat.output_tokens, chat.cost_usd) == (50, 7, pytest.approx(57e-6))
+
+
+@pytest.mark.parametrize("attrs, name, expected", [
+    ({"langsmith.span.kind": "chain", "langsmith.metadata.langgraph_node": "agent"}, "route", "agent"),
+    ({"openinference.span.kind": "CHAIN"}, "Step 12", "Step"),
+    ({"openinference.span.kind": "CHAIN", "graph.node.id": "Step 3"}, "Step 3", "Step 3"),
+    ({"openinference.span.kind": "CHAIN"}, "step_2", "step_2"),
+    ({"openinference.span.kind": "CHAIN"}, "42", "42"),
+], ids=["langsmith-langgraph-node", "numbered-span-name", "attribute-kept", "no-space", "only-a-number"])
+def test_node_of_framework_spans(attrs: dict, name: str, expected: str) -> None:
+    assert one(attrs, name).node == expected
+
+
+def test_pydantic_ai_final_result_is_the_agent_output() -> None:
+    step = one({"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "reader", "final_result": "done"})
+    assert step.outcome == "success" and step.output_hash is not None
