@@ -5,7 +5,9 @@
  * read creates Python objects and costs about 0.3 us; parsing the whole request costs more again. This
  * module walks the wire format once in C and hands Python only what the mapping needs: per span its
  * name, ids, times, status, the first "exception" event's type and message, and a dict of the attributes
- * whose keys the mapper asked for, as plain Python values.
+ * whose keys the mapper asked for, as plain Python values. A few attributes of span events (a tool's input
+ * and result in Strands Agents' gen_ai.tool.message and gen_ai.choice events) are handed over the same
+ * way, under keys of their own; events of other names are skipped without reading their attributes.
  *
  * Two passes over the bytes:
  *   1. validate: a schema-driven walk of the whole message tree with protobuf's rules (wire types,
@@ -353,11 +355,28 @@ typedef struct {
     int id;        /* index of the key's slot */
 } KeyEntry;
 
-/* The last KeyValue of a span carrying a wanted key; valid while gen equals the scanner's. */
+/* The last KeyValue of a span carrying a wanted key; valid while gen equals the scanner's. An event
+ * attribute's slot also records which of the span's wanted events set it (ev), so that the first event
+ * carrying the attribute wins and, within that event, its last occurrence. */
 typedef struct {
     uint32_t gen;
+    uint32_t ev;
     Cur kv;
 } Slot;
+
+/* A wanted span event: its name and the attributes read from it, each with its slot id. */
+typedef struct {
+    const char *attr;
+    Py_ssize_t len;
+    int id;
+} EventAttr;
+
+typedef struct {
+    const char *name;
+    Py_ssize_t len;
+    Py_ssize_t nattrs;
+    EventAttr *attrs;
+} EventSpec;
 
 /* A step-kind rule of the mapper's program: the span carries key_id → present_kind, or its string
  * value is one of table's → that entry's kind. */
@@ -413,12 +432,19 @@ typedef struct {
     const uint8_t *data_base;
     int busy;             /* scan() keeps its state here, so it must not be re-entered */
     PyObject *errors;     /* during scan(): fields of typed reads that met a wrong type */
-    /* Per-span attribute slots, one per wanted key, and the ids set in the current span in order. */
+    /* Per-span slots, one per wanted key and then one per wanted event attribute (ids nkeys..nslots-1),
+     * and the ids set in the current span in order. */
     Slot *slots;
-    PyObject **id_keys;   /* key str by id (borrowed from keys) */
+    Py_ssize_t nslots;
+    PyObject **id_keys;   /* key str by id (borrowed from keys, or from event_refs for event attributes) */
     int *set_ids;
     int nset;
     uint32_t gen;
+    /* Wanted span events (a handful at most: found by a linear search). */
+    Py_ssize_t nevents;
+    EventSpec *events;
+    PyObject *event_refs; /* keeps the event names, attribute keys and their slot keys alive */
+    uint32_t event_no;    /* wanted events seen in the current span */
     /* The mapper's program (NULL program: every span goes to the mapper with its attribute dict). */
     PyObject *program;
     uint8_t *slow;        /* per key id: a span carrying it is left to the mapper */
@@ -706,8 +732,9 @@ static int collect_attr(Scanner *sc, Cur kv, PyObject **dict) {
  * is remembered in its slot, and values are created only for what is read. */
 static void new_span(Scanner *sc) {
     sc->nset = 0;
+    sc->event_no = 0;
     if (++sc->gen == 0) { /* wrapped around: forget every slot */
-        for (Py_ssize_t i = 0; i < sc->nkeys; i++) sc->slots[i].gen = 0;
+        for (Py_ssize_t i = 0; i < sc->nslots; i++) sc->slots[i].gen = 0;
         sc->gen = 1;
     }
 }
@@ -823,13 +850,60 @@ static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **servic
     return 1;
 }
 
-/* The type and message of an "exception" event, or 0 with *found unset when the event is another. */
+/* The wanted event of this name, or NULL. */
+static const EventSpec *wanted_event(Scanner *sc, Cur name) {
+    Py_ssize_t n = name.end - name.p;
+    for (Py_ssize_t i = 0; i < sc->nevents; i++) {
+        const EventSpec *ev = &sc->events[i];
+        if (ev->len == n && (n == 0 || memcmp(ev->name, name.p, n) == 0)) return ev;
+    }
+    return NULL;
+}
+
+/* Remembers the wanted attributes of a wanted event in their slots (no values are created here): a slot
+ * already set by an earlier event of the span keeps that event's value. */
+static int record_event(Scanner *sc, const EventSpec *ev, Cur c) {
+    uint32_t f;
+    int wt;
+    Cur kv, key;
+    sc->event_no++;
+    while (next_field(&c, &f, &wt)) {
+        if (!(f == 3 && wt == WT_LEN)) { /* Span.Event.attributes */
+            if (!skip(&c, f, wt)) return 0;
+            continue;
+        }
+        if (!rd_len(&c, &kv) || !kv_key(kv, &key)) return 0;
+        Py_ssize_t n = key.end - key.p;
+        for (Py_ssize_t i = 0; i < ev->nattrs; i++) {
+            const EventAttr *a = &ev->attrs[i];
+            if (a->len != n || (n > 0 && memcmp(a->attr, key.p, n) != 0)) continue;
+            Slot *slot = &sc->slots[a->id];
+            if (slot->gen != sc->gen) {
+                slot->gen = sc->gen;
+                slot->ev = sc->event_no;
+                sc->set_ids[sc->nset++] = a->id;
+            } else if (slot->ev != sc->event_no) {
+                break; /* an earlier event carried it */
+            }
+            slot->kv = kv;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* One span event: the type and message of the first "exception" event go to *exc (when still unset),
+ * the wanted attributes of a wanted event to their slots; any other event is skipped. */
 static int read_event(Scanner *sc, Cur c, PyObject **exc) {
     uint32_t f;
     int wt;
     Cur name, sub;
     if (!last_field(c, 2, &name)) return 0; /* Span.Event.name */
-    if (!key_is(name, "exception")) return 1;
+    if (sc->nevents > 0) {
+        const EventSpec *ev = wanted_event(sc, name);
+        if (ev != NULL && !record_event(sc, ev, c)) return 0;
+    }
+    if (*exc != NULL || !key_is(name, "exception")) return 1;
     PyObject *type = PyUnicode_FromStringAndSize("", 0), *message = Py_NewRef(type);
     while (type != NULL && message != NULL && next_field(&c, &f, &wt)) {
         Cur key;
@@ -913,7 +987,7 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
             } else if (f == 9) {
                 if (!record_attr(sc, sub)) goto done;
             } else if (f == 11) {
-                if (s.exc == NULL && !read_event(sc, sub, &s.exc)) goto done;
+                if ((s.exc == NULL || sc->nevents > 0) && !read_event(sc, sub, &s.exc)) goto done;
             } else {
                 uint32_t g;
                 int gwt;
@@ -1136,6 +1210,14 @@ static void free_program(Scanner *sc) {
     Py_CLEAR(sc->program);
 }
 
+static void free_events(Scanner *sc) {
+    for (Py_ssize_t i = 0; i < sc->nevents; i++) PyMem_Free(sc->events[i].attrs);
+    PyMem_Free(sc->events);
+    sc->events = NULL;
+    sc->nevents = 0;
+    Py_CLEAR(sc->event_refs);
+}
+
 static void Scanner_dealloc(Scanner *sc) {
     free_program(sc);
     if (sc->keys != NULL) {
@@ -1149,11 +1231,13 @@ static void Scanner_dealloc(Scanner *sc) {
     PyMem_Free(sc->slots);
     PyMem_Free(sc->id_keys);
     PyMem_Free(sc->set_ids);
+    free_events(sc);
     Py_XDECREF(sc->oversized);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 
-/* The slot id of a key, -1 when it is not wanted, -2 on error. */
+/* The slot id of a key (an attribute key, or the key of a wanted event attribute), -1 when it is not
+ * wanted, -2 on error. */
 static int key_id_of(Scanner *sc, PyObject *key) {
     if (!PyUnicode_Check(key)) {
         PyErr_SetString(PyExc_TypeError, "program keys must be str");
@@ -1163,7 +1247,60 @@ static int key_id_of(Scanner *sc, PyObject *key) {
     const char *u = PyUnicode_AsUTF8AndSize(key, &n);
     if (u == NULL) return -2;
     KeyEntry *e = wanted_entry(sc, (const uint8_t *)u, n);
-    return e ? e->id : -1;
+    if (e != NULL) return e->id;
+    for (Py_ssize_t id = sc->nkeys; id < sc->nslots; id++) {
+        int cmp = PyUnicode_Compare(sc->id_keys[id], key);
+        if (cmp == 0) return (int)id;
+        if (cmp == -1 && PyErr_Occurred()) return -2;
+    }
+    return -1;
+}
+
+/* events = [(key, event name, attribute), ...]: the event attributes to hand over under key. Slots get
+ * ids from nkeys on, in the order given; an event name's attributes are grouped under it. */
+static int load_events(Scanner *sc, PyObject *seq) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (!(sc->event_refs = PyList_New(0))) return 0;
+    if (n == 0) return 1;
+    if (!(sc->events = PyMem_Calloc(n, sizeof(EventSpec)))) return PyErr_NoMemory(), 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *key, *name, *attr;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "UUU", &key, &name, &attr)) {
+            PyErr_SetString(PyExc_TypeError, "events are (key, event name, attribute) tuples of str");
+            return 0;
+        }
+        int known = key_id_of(sc, key);
+        if (known == -2) return 0;
+        if (known >= 0 && known < sc->nkeys) {
+            PyErr_Format(PyExc_ValueError, "event key %R is also an attribute key", key);
+            return 0;
+        }
+        if (known >= 0) continue; /* given twice */
+        if (PyList_Append(sc->event_refs, key) < 0 || PyList_Append(sc->event_refs, name) < 0 ||
+            PyList_Append(sc->event_refs, attr) < 0)
+            return 0;
+        Py_ssize_t name_len, attr_len;
+        const char *name_u = PyUnicode_AsUTF8AndSize(name, &name_len);
+        const char *attr_u = PyUnicode_AsUTF8AndSize(attr, &attr_len);
+        if (name_u == NULL || attr_u == NULL) return 0;
+        EventSpec *ev = NULL;
+        for (Py_ssize_t j = 0; j < sc->nevents; j++) {
+            if (sc->events[j].len == name_len && memcmp(sc->events[j].name, name_u, name_len) == 0) {
+                ev = &sc->events[j];
+                break;
+            }
+        }
+        if (ev == NULL) {
+            ev = &sc->events[sc->nevents++];
+            ev->name = name_u;
+            ev->len = name_len;
+            if (!(ev->attrs = PyMem_Calloc(n, sizeof(EventAttr)))) return PyErr_NoMemory(), 0;
+        }
+        int id = (int)sc->nslots++;
+        ev->attrs[ev->nattrs++] = (EventAttr){attr_u, attr_len, id};
+        sc->id_keys[id] = key;
+    }
+    return 1;
 }
 
 /* The index of a step kind in sc->kinds, added on first sight; -1 on error. */
@@ -1254,7 +1391,7 @@ static int load_program(Scanner *sc, PyObject *program) {
         return 0;
     }
     sc->program = Py_NewRef(program);
-    if (!(sc->slow = PyMem_Calloc(sc->nkeys + 1, 1))) return PyErr_NoMemory(), 0;
+    if (!(sc->slow = PyMem_Calloc(sc->nslots + 1, 1))) return PyErr_NoMemory(), 0;
     PyObject *it = PyObject_GetIter(slow);
     if (it == NULL) return 0;
     while ((item = PyIter_Next(it)) != NULL) {
@@ -1304,26 +1441,33 @@ static int load_program(Scanner *sc, PyObject *program) {
 }
 
 static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"keys", "max_value_bytes", "oversized", "program", NULL};
-    PyObject *keys_arg, *factory, *program = Py_None;
+    static char *kwlist[] = {"keys", "max_value_bytes", "oversized", "program", "events", NULL};
+    PyObject *keys_arg, *factory, *program = Py_None, *events_arg = NULL;
     Py_ssize_t max_value;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO|O", kwlist, &keys_arg, &max_value, &factory, &program))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO|OO", kwlist, &keys_arg, &max_value, &factory, &program,
+                                     &events_arg))
         return -1;
     if (sc->keys != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner is already initialised");
         return -1;
     }
+    PyObject *events = events_arg ? PySequence_Fast(events_arg, "events must be a sequence") : PyTuple_New(0);
+    if (events == NULL) return -1;
     PyObject *keys = PySequence_List(keys_arg);
-    if (keys == NULL) return -1;
-    Py_ssize_t n = PyList_GET_SIZE(keys), size = 8;
+    if (keys == NULL) {
+        Py_DECREF(events);
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), size = 8, m = PySequence_Fast_GET_SIZE(events);
     while (size < 2 * n + 2) size <<= 1;
     sc->keys = PyMem_Calloc(size, sizeof(KeyEntry));
     sc->cache = PyMem_Calloc(CACHE_SLOTS, sizeof(CacheEntry));
-    sc->slots = PyMem_Calloc(n + 1, sizeof(Slot));
-    sc->id_keys = PyMem_Calloc(n + 1, sizeof(PyObject *));
-    sc->set_ids = PyMem_Calloc(n + 1, sizeof(int));
+    sc->slots = PyMem_Calloc(n + m + 1, sizeof(Slot));
+    sc->id_keys = PyMem_Calloc(n + m + 1, sizeof(PyObject *));
+    sc->set_ids = PyMem_Calloc(n + m + 1, sizeof(int));
     if (sc->keys == NULL || sc->cache == NULL || sc->slots == NULL || sc->id_keys == NULL || sc->set_ids == NULL) {
         Py_DECREF(keys);
+        Py_DECREF(events);
         PyErr_NoMemory();
         return -1;
     }
@@ -1335,6 +1479,7 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
         PyObject *key = PyList_GET_ITEM(keys, j);
         if (!PyUnicode_Check(key)) {
             Py_DECREF(keys);
+            Py_DECREF(events);
             PyErr_SetString(PyExc_TypeError, "attribute keys must be str");
             return -1;
         }
@@ -1342,6 +1487,7 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
         const char *u = PyUnicode_AsUTF8AndSize(key, &len);
         if (u == NULL) {
             Py_DECREF(keys);
+            Py_DECREF(events);
             return -1;
         }
         if (wanted_key(sc, (const uint8_t *)u, len) != NULL) continue;
@@ -1353,6 +1499,10 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
         sc->nkeys++;
     }
     Py_DECREF(keys);
+    sc->nslots = sc->nkeys;
+    int loaded = load_events(sc, events);
+    Py_DECREF(events);
+    if (!loaded) return -1;
     if (program != Py_None && !load_program(sc, program)) {
         free_program(sc);
         return -1;
@@ -1371,8 +1521,9 @@ static PyTypeObject ScannerType = {
     .tp_name = "otelloop._scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(keys, max_value_bytes, oversized): reads OTLP trace requests, keeping the attributes "
-              "named in keys; values encoded longer than max_value_bytes become oversized(kind, memoryview).",
+    .tp_doc = "Scanner(keys, max_value_bytes, oversized, program=None, events=()): reads OTLP trace requests, "
+              "keeping the attributes named in keys and the event attributes named in events ((key, event name, "
+              "attribute) tuples); values encoded longer than max_value_bytes become oversized(kind, memoryview).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Scanner_init,
     .tp_dealloc = (destructor)Scanner_dealloc,

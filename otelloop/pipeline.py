@@ -88,11 +88,13 @@ class Pipeline:
         self.store.resize(config.state.max_sessions, config.state.idle_timeout)
 
     def _scanner(self) -> scan.Scanner:
-        """A reader that keeps the keys the mapping reads and the keys detectors may overwrite, and runs
-        the mapper's program (spans carrying an overwritten key keep their attribute dict)."""
+        """A reader that keeps the keys and event attributes the mapping reads and the keys detectors may
+        overwrite, and runs the mapper's program (spans carrying an overwritten key keep their attribute
+        dict)."""
         overwritten = self.engine.overwritten_keys()
         return scan.Scanner(self.mapper.keys | overwritten, max_value_bytes=self.config.mapping.max_text_bytes,
-                            program=self.mapper.program(overwritten))
+                            program=self.mapper.program(overwritten),
+                            events=[(event, attribute) for _, event, attribute in self.mapper.events])
 
     # -- phase 1: decode and map (no state changes) ------------------------------------------------
 

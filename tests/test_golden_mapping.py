@@ -2,9 +2,9 @@
 
 Each ``tests/fixtures/<name>.pb`` is one ``ExportTraceServiceRequest`` recorded by
 ``tests/fixtures/record_fixtures.py``; ``<name>.expected.json`` lists, in processing order, the steps
-otelloop must make of it under the default configuration (written by hand from SPEC §3, see
+otelloop must make of it under the default configuration (written by hand from the mapping's rules, see
 ``tests/fixtures/README.md``). Every field is compared on its own, so a failure names the fixture, the
-step and the field.
+step and the field. The frameworks are needed only to re-record, not here.
 """
 
 import json
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FIXTURE_NAMES = ("langgraph_openinference", "langgraph_langsmith", "openllmetry_openai", "openai_agents")
+FIXTURE_NAMES = ("langgraph_openinference", "langgraph_langsmith", "openllmetry_openai", "openai_agents",
+                 "pydantic_ai", "strands", "strands_latest", "smolagents")
 
 #: Fields compared as plain equality with the Step attribute of the same name.
 PLAIN_FIELDS = ("kind", "name", "agent", "node", "session", "outcome", "input_tokens", "output_tokens")
@@ -111,6 +112,9 @@ def test_step_fields(name: str, index: int) -> None:
         if (value is not None) != expected[field]:
             problems.append(f"{field}: got {attr}={value!r}, expected {attr} "
                             f"{'set' if expected[field] else 'None'}")
+
+    if "file_path" in expected and step.file_path != expected["file_path"]:
+        problems.append(f"file_path: got {step.file_path!r}, expected {expected['file_path']!r}")
 
     if expected["kind"] == "tool":
         previous = next((s for s in reversed(steps[:index]) if s.kind == "tool"), None)

@@ -283,3 +283,148 @@ def test_bare_string_arguments_of_single_argument_tools(tool: str, raw: str, exp
     s = span("t", {"openinference.span.kind": "TOOL", "tool.name": tool, "input.value": raw})
     step = map_request(request(s))[0]
     assert (step.tool_class, step.file_path, step.command) == expected
+
+
+# -- dialects that carry content in span events or in wrappers ----------------------------------------
+
+
+def _ev(name: str, **attrs: Any) -> Span.Event:
+    return Span.Event(name=name, attributes=kvs(attrs))
+
+
+def strands_tool(path: str, result: str, call: int, error: str | None = None) -> Span:
+    """An execute_tool span as Strands Agents' tracer writes it by default: input and result in events."""
+    return span("execute_tool read_file", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+                                           "gen_ai.tool.call.id": f"tooluse_{call}"}, error=error, events=[
+        _ev("gen_ai.tool.message", role="tool", content=json.dumps({"path": path}), id=f"tooluse_{call}"),
+        _ev("gen_ai.choice", message=json.dumps([{"text": result}]), id=f"tooluse_{call}")])
+
+
+def test_tool_input_and_result_carried_in_span_events() -> None:
+    a1, b, a2, missing = map_request(request(
+        strands_tool("a.txt", "alpha", 1), strands_tool("b.txt", "beta", 2), strands_tool("a.txt", "alpha", 3),
+        strands_tool("missing.txt", "Error: FileNotFoundError", 4, error="No such file")))
+    assert a1.args_hash is not None and a1.output_hash is not None
+    assert a1.args_hash == a2.args_hash != b.args_hash and a1.output_hash == a2.output_hash != b.output_hash
+    assert (a1.outcome, missing.outcome) == ("success", "error")
+    assert (a1.tool_class, a1.file_path, b.file_path) == ("read", "a.txt", "b.txt")
+    # the same call described by attributes hashes the same
+    attrs = map_request(request(tool_span("read_file", args='{"path":"a.txt"}', result='[{"text":"alpha"}]')))[0]
+    assert (attrs.args_hash, attrs.output_hash) == (a1.args_hash, a1.output_hash)
+
+
+def test_span_attributes_win_over_event_values() -> None:
+    s = tool_span("read_file", args='{"path": "from-attribute"}', result="attribute result", events=[
+        _ev("gen_ai.tool.message", content='{"path": "from-event"}'), _ev("gen_ai.choice", message="event result")])
+    step = map_request(request(s))[0]
+    want = map_request(request(tool_span("read_file", args='{"path": "from-attribute"}', result="attribute result")))[0]
+    assert (step.file_path, step.args_hash, step.output_hash) == ("from-attribute", want.args_hash, want.output_hash)
+
+
+def test_first_event_carrying_an_attribute_wins() -> None:
+    details = "gen_ai.client.inference.operation.details"
+    s = span("chat m", {"gen_ai.operation.name": "chat"}, events=[
+        _ev(details, **{"gen_ai.input.messages": "[]"}),
+        _ev(details, **{"gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", "content": "a"}]}]'}),
+        _ev(details, **{"gen_ai.output.messages": "[]"})])
+    step = map_request(request(s))[0]
+    assert step.outcome == "success" and step.output_hash is not None
+
+
+@pytest.mark.parametrize("event, attribute", [
+    ("gen_ai.choice", "message"), ("gen_ai.choice", "message.content"), ("gen_ai.choice", "content"),
+    ("gen_ai.client.inference.operation.details", "gen_ai.output.messages"),
+    ("gen_ai.content.completion", "gen_ai.completion"),
+])
+def test_outputs_carried_in_events(event: str, attribute: str) -> None:
+    step = one({"gen_ai.operation.name": "chat"}, events=[_ev(event, **{attribute: "the answer"})])
+    assert step.outcome == "success" and step.output_hash == one(
+        {"gen_ai.operation.name": "chat", "gen_ai.completion": "the answer"}).output_hash
+    assert one({"gen_ai.operation.name": "chat"}, events=[_ev(event, **{attribute: ""})]).outcome == "empty"
+
+
+def test_message_history_events_are_not_a_model_calls_arguments() -> None:
+    step = one({"gen_ai.operation.name": "chat"}, events=[
+        _ev("gen_ai.user.message", content="read the notes"),
+        _ev("gen_ai.tool.message", content='[{"toolResult": {"toolUseId": "t1", "content": [{"text": "x"}]}}]'),
+        _ev("gen_ai.choice", finish_reason="tool_use", message='[{"toolUse": {"toolUseId": "t2", "name": "f"}}]')])
+    assert step.args_hash is None and step.outcome == "success"
+
+
+def test_outputs_drop_tool_use_ids() -> None:
+    def chat(call: str) -> Span:
+        return span("chat", {"gen_ai.operation.name": "chat"}, events=[_ev("gen_ai.choice", message=json.dumps(
+            [{"toolUse": {"toolUseId": call, "name": "read_file", "input": {"path": "a.txt"}}}]))])
+    a, b = map_request(request(chat("tooluse_1"), chat("tooluse_2")))
+    c = map_request(request(tool_span(result=json.dumps({"type": "tool_result", "tool_use_id": "x", "content": "ok"})),
+                            tool_span(result=json.dumps({"type": "tool_result", "tool_use_id": "y", "content": "ok"}))))
+    assert a.output_hash == b.output_hash and c[0].output_hash == c[1].output_hash
+
+
+def test_arguments_in_message_parts_hash_by_their_arguments() -> None:
+    def part(call: str, args: Any) -> str:
+        return json.dumps([{"role": "tool", "parts": [{"type": "tool_call", "id": call, "name": "read_file",
+                                                       "arguments": args}]}])
+    details = "gen_ai.client.inference.operation.details"
+    from_event = span("execute_tool read_file", {"gen_ai.operation.name": "execute_tool"},
+                      events=[_ev(details, **{"gen_ai.input.messages": part("t1", {"path": "a.txt"})})])
+    from_attribute = span("execute_tool read_file", {"gen_ai.operation.name": "execute_tool",
+                                                     "gen_ai.input.messages": part("t2", '{"path": "a.txt"}')})
+    plain = tool_span("read_file", args='{"path": "a.txt"}')
+    other = tool_span("read_file", args=part("t3", {"path": "b.txt"}))
+    steps = map_request(request(from_event, from_attribute, plain, other))
+    assert steps[0].args_hash == steps[1].args_hash == steps[2].args_hash != steps[3].args_hash
+    assert [s.file_path for s in steps] == ["a.txt", "a.txt", "a.txt", "b.txt"]
+    # on a model call, the input messages are not arguments
+    assert one({"gen_ai.operation.name": "chat", "gen_ai.input.messages": part("t4", {})}).args_hash is None
+
+
+def test_results_in_message_parts_hash_by_their_result() -> None:
+    def response(call: str, result: Any) -> str:
+        return json.dumps([{"role": "tool", "parts": [{"type": "tool_call_response", "id": call, "response": result}]}])
+    steps = map_request(request(tool_span(result=response("t1", [{"text": "x"}])),
+                                tool_span(result=response("t2", [{"text": "x"}])),
+                                tool_span(result='[{"text": "x"}]'), tool_span(result=response("t3", []))))
+    assert steps[0].output_hash == steps[1].output_hash == steps[2].output_hash
+    assert steps[3].outcome == "empty"
+
+
+def test_bound_call_arguments_hash_by_their_keyword_arguments() -> None:
+    def smolagents(kwargs: dict, args: list | None = None) -> Span:
+        return span("SimpleTool", {"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": json.dumps(
+            {"args": args or [], "sanitize_inputs_outputs": True, "kwargs": kwargs})})
+    steps = map_request(request(smolagents({"path": "a.txt"}), tool_span("read_file", args='{"path": "a.txt"}'),
+                                smolagents({"path": "b.txt"}), smolagents({}, ["a.txt"])))
+    assert steps[0].args_hash == steps[1].args_hash != steps[2].args_hash
+    assert [s.file_path for s in steps] == ["a.txt", "a.txt", "b.txt", None]
+    assert steps[3].args_text.startswith('{"args":["a.txt"]')  # positional arguments: kept as they are
+
+
+def test_system_steps_carry_no_usage() -> None:
+    """An agent span's usage is the total of its model calls, which are steps of their own."""
+    cfg = {"pricing": {"m": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}}
+    agent = one({"gen_ai.operation.name": "invoke_agent", "gen_ai.request.model": "m",
+                 "gen_ai.usage.input_tokens": 260, "gen_ai.usage.output_tokens": 35, "gen_ai.usage.cost": 1.0},
+                config=cfg)
+    oi_agent = one({"openinference.span.kind": "AGENT", "llm.token_count.prompt": 620, "llm.token_count.completion": 45})
+    chat = one({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 50,
+                "gen_ai.usage.output_tokens": 7}, config=cfg)
+    assert (agent.input_tokens, agent.output_tokens, agent.cost_usd) == (0, 0, 0.0)
+    assert (oi_agent.input_tokens, oi_agent.output_tokens) == (0, 0)
+    assert (chat.input_tokens, chat.output_tokens, chat.cost_usd) == (50, 7, pytest.approx(57e-6))
+
+
+@pytest.mark.parametrize("attrs, name, expected", [
+    ({"langsmith.span.kind": "chain", "langsmith.metadata.langgraph_node": "agent"}, "route", "agent"),
+    ({"openinference.span.kind": "CHAIN"}, "Step 12", "Step"),
+    ({"openinference.span.kind": "CHAIN", "graph.node.id": "Step 3"}, "Step 3", "Step 3"),
+    ({"openinference.span.kind": "CHAIN"}, "step_2", "step_2"),
+    ({"openinference.span.kind": "CHAIN"}, "42", "42"),
+], ids=["langsmith-langgraph-node", "numbered-span-name", "attribute-kept", "no-space", "only-a-number"])
+def test_node_of_framework_spans(attrs: dict, name: str, expected: str) -> None:
+    assert one(attrs, name).node == expected
+
+
+def test_pydantic_ai_final_result_is_the_agent_output() -> None:
+    step = one({"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "reader", "final_result": "done"})
+    assert step.outcome == "success" and step.output_hash is not None

@@ -22,12 +22,16 @@ from spans import any_value, parse, request, span, tool_span
 
 from otelloop.config import build_config
 from otelloop.mapping import reads
-from otelloop.mapping.mapper import SPAN_KEYS, Mapper
+from otelloop.mapping.mapper import EVENT_SOURCES, SPAN_KEYS, Mapper
 from otelloop.otlp import scan, wire
 from otelloop.pipeline import Pipeline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEYS = SPAN_KEYS | {"k", "a", "b", "n", "cognition.entropy_score"}
+#: The event attributes the mapping reads, and one more of an event it reads.
+EVENTS = [(event, attribute) for _, event, attribute in EVENT_SOURCES] + [("gen_ai.choice", "k")]
+EVENT_NAMES = sorted({e for e, _ in EVENTS})
+EVENT_ATTRS = sorted({a for _, a in EVENTS})
 
 
 def test_the_native_reader_is_built() -> None:
@@ -41,8 +45,8 @@ PROGRAM = Mapper(build_config({}, env={})).program(frozenset({"cognition.entropy
 
 
 def readers(limit: int = 65536, program: Any = None) -> tuple[scan.Scanner, scan.Scanner]:
-    return (scan.Scanner(KEYS, limit, native=True, program=program),
-            scan.Scanner(KEYS, limit, native=False, program=program))
+    return (scan.Scanner(KEYS, limit, native=True, program=program, events=EVENTS),
+            scan.Scanner(KEYS, limit, native=False, program=program, events=EVENTS))
 
 
 def outcome(reader: scan.Scanner, data: bytes) -> Any:
@@ -147,6 +151,55 @@ def test_long_values_are_left_in_the_request() -> None:
     assert spans[1][8] == {"b": scan.Oversized("bytes", memoryview(b"\x01" * 80)), "k": "short"}
 
 
+def _event(name: str, **attrs: Any) -> Span.Event:
+    return Span.Event(name=name, attributes=[KeyValue(key=k, value=_any(v)) for k, v in attrs.items()])
+
+
+def test_wanted_event_attributes_are_read_under_their_own_keys() -> None:
+    events = [_event("gen_ai.user.message", content="not wanted"),
+              _event("gen_ai.tool.message", role="tool", content='{"path": "a.txt"}', id="tooluse_1"),
+              _event("gen_ai.client.inference.operation.details", **{"gen_ai.input.messages": "[1]"}),
+              _event("gen_ai.client.inference.operation.details", **{"gen_ai.output.messages": "[2]",
+                                                                   "gen_ai.input.messages": "[3]"}),
+              _event("gen_ai.choice", message=["t", 1], id="tooluse_1"),
+              _event("gen_ai.choice", message="a second choice"),
+              _event("exception", **{"exception.type": "E", "exception.message": "m"})]
+    data = request(span("execute_tool read_file", {"gen_ai.tool.name": "read_file"}, events=events))
+    _, spans, _ = assert_same(data)
+    key = scan.event_key
+    assert spans[0][8] == {"gen_ai.tool.name": "read_file",
+                           key("gen_ai.tool.message", "content"): '{"path": "a.txt"}',
+                           key("gen_ai.client.inference.operation.details", "gen_ai.input.messages"): "[1]",
+                           key("gen_ai.client.inference.operation.details", "gen_ai.output.messages"): "[2]",
+                           key("gen_ai.choice", "message"): ["t", 1]}
+    assert spans[0][9] == ("E", "m")
+
+
+def test_event_values_are_oversized_like_attributes() -> None:
+    data = request(span("execute_tool t", {"gen_ai.tool.name": "t"},
+                        events=[_event("gen_ai.choice", message="x" * 100)]))
+    _, spans, _ = assert_same(data, limit=64)
+    value = spans[0][8][scan.event_key("gen_ai.choice", "message")]
+    assert isinstance(value, scan.Oversized) and bytes(value.raw) == b"x" * 100
+
+
+def test_events_alone_do_not_make_a_step() -> None:
+    data = request(span("plain", {"http.method": "GET"}, events=[_event("gen_ai.choice", message="m")]))
+    assert readers(program=PROGRAM)[0].scan(data)[1] == [None]
+    _, spans, _ = assert_same(data)
+    assert spans[0][8] == {scan.event_key("gen_ai.choice", "message"): "m"}  # without a program: for the rules
+
+
+def test_an_event_key_is_never_read_as_an_attribute() -> None:
+    key = scan.event_key("gen_ai.choice", "message")
+    data = request(span("execute_tool t", {"gen_ai.tool.name": "t", key: "an attribute"}))
+    for native in (True, False):
+        _, spans, _ = scan.Scanner(KEYS | {key}, native=native, events=EVENTS).scan(data)
+        assert spans[0][8] == {"gen_ai.tool.name": "t"}
+    with pytest.raises(ValueError, match="also an attribute key"):
+        scan._native.Scanner([key], 64, scan.Oversized, None, [(key, "gen_ai.choice", "message")])
+
+
 # -- wire-level corner cases ---------------------------------------------------------------------
 
 
@@ -178,6 +231,21 @@ CASES = {
     "overlong varint": _field(6, b"\xff" * 10 + b"\x01", 0),
     "ten-byte varint": _field(6, b"\xff" * 9 + b"\x01", 0),
     "unicode everywhere": _field(5, "ñame ✓ 🙂".encode()) + _field(9, _kv("k".encode(), _s("välue 🙂".encode()))),
+    "event attribute repeated: the last wins": _field(11, _field(2, b"gen_ai.choice") + _field(
+        3, _kv(b"message", _s(b"first"))) + _field(3, _kv(b"message", _s(b"second")))),
+    "first event carrying it wins": _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"id", _s(b"1"))))
+    + _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"message", _s(b"a"))))
+    + _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"message", _s(b"b")))),
+    "event name given twice: the last wins": _field(11, _field(2, b"other") + _field(2, b"gen_ai.choice")
+                                                    + _field(3, _kv(b"message", _s(b"m")))),
+    "event name after its attributes": _field(11, _field(3, _kv(b"message", _s(b"m"))) + _field(2, b"gen_ai.choice")),
+    "event attribute without a value": _field(11, _field(2, b"gen_ai.choice") + _field(3, _field(1, b"message"))),
+    "event attribute value merged": _field(11, _field(2, b"gen_ai.choice") + _field(
+        3, _kv(b"message", _s(b"a"), _field(3, b"\x05", 0)))),
+    "exception after a wanted event": _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"message", _s(b"m"))))
+    + _field(11, _field(2, b"exception") + _field(3, _kv(b"exception.type", _s(b"E")))),
+    "invalid UTF-8 in an unread event": _field(11, _field(2, b"zz") + _field(3, _kv(b"k", _s(b"\xff")))),
+    "truncated event": _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"message", _s(b"m"))))[:-2],
 }
 
 
@@ -219,15 +287,20 @@ def _any(v: Any) -> AnyValue:
     return any_value(v)
 
 
+events_st = st.lists(st.builds(
+    lambda name, attrs: Span.Event(name=name, attributes=[KeyValue(key=k, value=_any(v)) for k, v in attrs]),
+    st.sampled_from(EVENT_NAMES + ["exception", "other"]),
+    st.lists(st.tuples(st.sampled_from(EVENT_ATTRS + ["exception.type", "id"]), values), max_size=4)), max_size=4)
+
 spans_st = st.builds(
-    lambda name, attrs, code, msg, exc: Span(
+    lambda name, attrs, code, msg, exc, events: Span(
         name=name, trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=5, end_time_unix_nano=9,
         attributes=[KeyValue(key=k, value=_any(v)) for k, v in attrs],
         status=Status(code=code, message=msg),
-        events=[Span.Event(name="exception", attributes=[KeyValue(key="exception.type", value=_any(exc))])]
-        if exc is not None else []),
+        events=([Span.Event(name="exception", attributes=[KeyValue(key="exception.type", value=_any(exc))])]
+                if exc is not None else []) + events),
     st.text(max_size=10), st.lists(st.tuples(keys, values), max_size=6), st.integers(0, 2), st.text(max_size=5),
-    st.one_of(st.none(), scalars))
+    st.one_of(st.none(), scalars), events_st)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -239,8 +312,10 @@ def test_generated_requests_read_the_same(spans: list[Span], resource: list[tupl
 
 
 def _valid_request() -> bytes:
+    strands = span("execute_tool t", {"gen_ai.operation.name": "execute_tool"}, events=[
+        _event("gen_ai.tool.message", content='{"path": "b.py"}', id="t1"), _event("gen_ai.choice", message="[]")])
     return request(tool_span(args='{"path": "a.py"}', result=["ok", 1]), span("chat", {"gen_ai.operation.name": "chat",
-                   "gen_ai.usage.input_tokens": 12}, error="bad"), resource={"session.id": "s"})
+                   "gen_ai.usage.input_tokens": 12}, error="bad"), strands, resource={"session.id": "s"})
 
 
 @settings(max_examples=int(os.environ.get("OTELLOOP_FUZZ_EXAMPLES", "1500")), deadline=None)
@@ -338,7 +413,8 @@ def test_splice_matches_the_protobuf_rebuild(layout: list[list[bool]], rnd: rand
 def test_pipeline_steps_are_the_same_on_both_readers(path: Path) -> None:
     data = path.read_bytes()
     native, python = Pipeline(build_config({}, env={})), Pipeline(build_config({}, env={}))
-    python.scanner = scan.Scanner(python.scanner.keys, native=False, program=python.scanner.program)
+    python.scanner = scan.Scanner(python.scanner.keys, native=False, program=python.scanner.program,
+                                  events=python.scanner.events)
     got, want = native.decode(data), python.decode(data)
     assert got.steps == want.steps and got.mapping_errors == want.mapping_errors and got.spans == want.spans
     assert native.process(got).data == python.process(want).data
@@ -405,10 +481,12 @@ def _attr(key: str, value: Any) -> KeyValue:
     return KeyValue(key=key, value=AnyValue() if value is None else _any(value))
 
 
-def _program_request(spans: list[list[tuple[str, Any]]], resource: list[tuple[str, Any]]) -> bytes:
+def _program_request(spans: list[list[tuple[str, Any]]], resource: list[tuple[str, Any]],
+                     events: list[list[Span.Event]] | None = None) -> bytes:
     rs = ResourceSpans(scope_spans=[ScopeSpans(spans=[
         Span(name=f"execute_tool t{i}" if i % 2 else f"s{i}", trace_id=b"\x01" * 16, span_id=bytes([i + 1]) * 8,
-             start_time_unix_nano=10 + i, end_time_unix_nano=20 + i, attributes=[_attr(k, v) for k, v in attrs])
+             start_time_unix_nano=10 + i, end_time_unix_nano=20 + i, attributes=[_attr(k, v) for k, v in attrs],
+             events=(events[i] if events and i < len(events) else []))
         for i, attrs in enumerate(spans)])])
     rs.resource.attributes.extend([_attr(k, v) for k, v in resource])
     return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
@@ -418,7 +496,8 @@ def _pipelines() -> tuple[Pipeline, Pipeline]:
     """otelloop's pipeline, and the same with the mapper deciding every span itself."""
     cfg = build_config({}, env={})
     fast, slow = Pipeline(cfg), Pipeline(cfg)
-    slow.scanner = scan.Scanner(slow.scanner.keys, max_value_bytes=cfg.mapping.max_text_bytes, program=None)
+    slow.scanner = scan.Scanner(slow.scanner.keys, max_value_bytes=cfg.mapping.max_text_bytes, program=None,
+                                events=slow.scanner.events)
     assert fast.scanner.program is not None
     return fast, slow
 
@@ -435,11 +514,17 @@ def test_the_program_maps_recorded_spans_as_the_mapper_does(path: Path) -> None:
     _assert_maps_like_the_mapper(path.read_bytes())
 
 
+program_events = st.lists(st.builds(
+    lambda name, attrs: Span.Event(name=name, attributes=[_attr(k, v) for k, v in attrs]),
+    st.sampled_from(EVENT_NAMES), st.lists(st.tuples(st.sampled_from(EVENT_ATTRS), program_values), max_size=3)),
+    max_size=3)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(program_attrs, min_size=1, max_size=4), st.lists(st.tuples(st.sampled_from(READ_KEYS), program_values),
-                                                                  max_size=3))
-def test_the_program_maps_generated_spans_as_the_mapper_does(spans: list, resource: list) -> None:
-    data = _program_request(spans, resource)
+                                                                  max_size=3), st.lists(program_events, max_size=4))
+def test_the_program_maps_generated_spans_as_the_mapper_does(spans: list, resource: list, events: list) -> None:
+    data = _program_request(spans, resource, events)
     _assert_maps_like_the_mapper(data)
     assert_same(data)
 

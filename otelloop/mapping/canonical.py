@@ -1,8 +1,10 @@
 """Canonical forms and 64-bit hashes of tool arguments, outputs and error texts (SPEC §3).
 
 Two emitters that serialise the same tool call differently (key order, whitespace, a JSON string
-versus an object) must hash the same, and two calls whose results differ only in per-call identifiers
-(LangChain's ``tool_call_id``, message ids, timestamps) must too — otherwise a loop is invisible.
+versus an object, the arguments wrapped in a GenAI message part or in a call's bound arguments) must
+hash the same, and two calls whose results differ only in per-call identifiers (LangChain's
+``tool_call_id``, Bedrock's and Strands' ``toolUseId``, message ids, timestamps) must too — otherwise a
+loop is invisible.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from otelloop.mapping.results import FAILED, normalise_result, result_flags
 #: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
 VOLATILE_OUTPUT_KEYS = frozenset({
     "id", "ids", "tool_call_id", "call_id", "run_id", "message_id", "response_id", "created", "created_at",
-    "timestamp", "response_metadata", "usage_metadata", "lc", "additional_kwargs",
+    "timestamp", "response_metadata", "usage_metadata", "lc", "additional_kwargs", "toolUseId", "tool_use_id",
 })
 #: Canonical texts kept for similarity detectors are cut to this many characters.
 TEXT_LIMIT = 256
@@ -59,6 +61,74 @@ def _result_text(parsed: Any) -> str:
     return "" if parsed is None or parsed == [] or parsed == {} else _dumps(parsed)
 
 
+def _json_value(value: Any) -> Any:
+    """A JSON text's value (arguments are often given as JSON inside JSON); other values as they are."""
+    if isinstance(value, str):
+        s = value.lstrip()
+        if s[:1] in ("{", "["):
+            try:
+                return json.loads(s)
+            except ValueError:
+                return value
+    return value
+
+
+def _message_parts(obj: Any) -> list[Any] | None:
+    """The parts of OTel GenAI messages (``[{"role": …, "parts": […]}, …]`` or one such message)."""
+    messages = [obj] if isinstance(obj, dict) else obj
+    if not isinstance(messages, list) or not messages:
+        return None
+    parts: list[Any] = []
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or not isinstance(m.get("parts"), list):
+            return None
+        parts.extend(m["parts"])
+    return parts
+
+
+def _only_parts(obj: Any, kind: str) -> list[dict[str, Any]] | None:
+    """The parts of type ``kind`` when ``obj`` is such a part or messages made only of such parts."""
+    if isinstance(obj, dict) and obj.get("type") == kind:
+        return [obj]
+    parts = _message_parts(obj)
+    if not parts or not all(isinstance(p, dict) and p.get("type") == kind for p in parts):
+        return None
+    return parts
+
+
+def _is_bound_call(obj: dict[str, Any]) -> bool:
+    """A call's bound arguments with keyword arguments only, as OpenInference records a smolagents tool
+    call: ``{"args": [], "kwargs": {…}}`` plus framework flags (``"sanitize_inputs_outputs": true``)."""
+    return (isinstance(obj.get("kwargs"), dict) and obj.get("args", []) == []
+            and all(v is None or isinstance(v, bool) for k, v in obj.items() if k not in ("args", "kwargs")))
+
+
+def call_arguments(obj: Any) -> Any:
+    """The arguments a parsed value stands for: those of a GenAI ``tool_call`` part (or of messages
+    holding only such parts: a list when there are several), the keyword arguments of a bound call, or
+    the value itself. Why: one call's arguments hash the same whichever of these forms carried them."""
+    if isinstance(obj, dict) and "kwargs" in obj and _is_bound_call(obj):
+        return obj["kwargs"]
+    calls = _only_parts(obj, "tool_call")
+    if calls is None or not all("arguments" in p for p in calls):
+        return obj
+    args = [_json_value(p["arguments"]) for p in calls]
+    return args[0] if len(args) == 1 else args
+
+
+def call_result(obj: Any) -> Any:
+    """The result a parsed output stands for: that of a single GenAI ``tool_call_response`` part (or of
+    messages holding only that part), or the value itself."""
+    responses = _only_parts(obj, "tool_call_response")
+    if responses is None or len(responses) != 1:
+        return obj
+    part = responses[0]
+    for key in ("response", "result"):
+        if key in part:
+            return _json_value(part[key])
+    return obj
+
+
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -87,6 +157,7 @@ class Canonicalizer:
         if parsed is _UNPARSED:
             result = (hash_text(raw), raw[:TEXT_LIMIT], None)
         else:
+            parsed = call_arguments(parsed)
             canonical = _dumps(parsed)
             result = (hash_text(canonical), canonical[:TEXT_LIMIT], parsed if isinstance(parsed, dict) else None)
         self._args.remember(raw, result, len(raw))
@@ -104,6 +175,7 @@ class Canonicalizer:
             empty = raw.strip() == ""
             result = (hash_text(normalise_result(raw)), empty, result_flags(raw, empty))
         else:
+            parsed = call_result(parsed)
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
         self._outputs.remember(raw, result, len(raw))

@@ -1,9 +1,12 @@
 """Span → agent step (SPEC §3), reading only the attributes that matter.
 
 A :class:`Mapper` is compiled once from the configuration; its ``keys`` are every attribute key any
-convention uses, and the reader (:mod:`otelloop.otlp.scan`) hands it only those. For each span it reads
-values by their expected type; a value of the wrong type, a NaN or a negative count is ignored for that
-field and reported through ``errors``.
+convention uses, and the reader (:mod:`otelloop.otlp.scan`) hands it only those. Its ``events`` name the
+few span-event attributes that carry a step's arguments or output in some dialects (Strands Agents puts
+a tool call's input and result in ``gen_ai.tool.message`` and ``gen_ai.choice`` events); the reader
+hands them over under their own keys, and every read tries them after the span's attributes, so an
+attribute always wins. For each span it reads values by their expected type; a value of the wrong
+type, a NaN or a negative count is ignored for that field and reported through ``errors``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
-from otelloop.otlp.scan import Oversized, Resource, SpanInfo
+from otelloop.otlp.scan import Oversized, Resource, SpanInfo, event_key
 
 _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_memory_store", "delete_memory",
                        "delete_memory_store", "search_memory", "update_memory", "upsert_memory"})
@@ -52,10 +55,30 @@ _SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "langfuse.session.id",
                  "traceloop.association.properties.session_id", "langsmith.trace.session_id")
 _AGENT_KEYS = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
 _NODE_KEYS = ("gen_ai.agent.name", "graph.node.id")
+#: LangSmith's OTel mode writes LangGraph's node metadata as attributes of their own.
+_LANGSMITH_NODE_KEY = "langsmith.metadata.langgraph_node"
 _ARGS_KEYS = ("gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input", "tool_arguments")
+#: Further arguments of tool spans: LangSmith's OTel mode puts a tool's input in ``gen_ai.prompt``; OTel
+#: GenAI may describe the call as a ``tool_call`` message part (hashed by its arguments).
+_TOOL_ARGS_KEYS = ("gen_ai.prompt", "gen_ai.input.messages")
 _OUTPUT_KEYS = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output", "tool_response",
                 "gen_ai.output.messages", "gen_ai.completion.0.content", "gen_ai.completion",
-                "llm.output_messages.0.message.content")
+                "llm.output_messages.0.message.content", "final_result")
+#: Span events carrying a tool call's arguments, as (event name, attribute), tried in order after every
+#: attribute: Strands Agents' ``gen_ai.tool.message`` (the tool's input on its execute_tool span) and
+#: OTel GenAI's inference details event (a ``tool_call`` message part).
+_EVENT_ARGS = (("gen_ai.tool.message", "content"),
+               ("gen_ai.client.inference.operation.details", "gen_ai.input.messages"))
+#: Span events carrying a step's output: OTel GenAI's older ``gen_ai.choice`` event (Strands Agents,
+#: hand-written instrumentation) and ``gen_ai.content.completion`` event, and its inference details event.
+_EVENT_OUTPUT = (("gen_ai.choice", "message"), ("gen_ai.choice", "message.content"), ("gen_ai.choice", "content"),
+                 ("gen_ai.client.inference.operation.details", "gen_ai.output.messages"),
+                 ("gen_ai.content.completion", "gen_ai.completion"))
+_EVENT_ARGS_KEYS = tuple(event_key(e, a) for e, a in _EVENT_ARGS)
+_EVENT_OUTPUT_KEYS = tuple(event_key(e, a) for e, a in _EVENT_OUTPUT)
+#: Every event attribute any read may use: (key in the reads, event name, attribute).
+EVENT_SOURCES: tuple[tuple[str, str, str], ...] = tuple(
+    (event_key(e, a), e, a) for e, a in (*_EVENT_ARGS, *_EVENT_OUTPUT))
 _INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
 _OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
 _COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "operation.cost")
@@ -65,9 +88,9 @@ _PROGRESS = ("otelloop.progress.diff_hash", "otelloop.progress.failing_tests",
 #: Every attribute key any part of the mapping may read from a span.
 SPAN_KEYS = frozenset(
     [*_EXPLICIT_KEYS, "otelloop.intent", "error.type", "gen_ai.prompt", *(k for k, _, _ in _KIND_RULES),
-     *_MODEL_KEYS, *_TOOL_NAME_KEYS,
-     *_SESSION_KEYS, *_AGENT_KEYS, *_NODE_KEYS, *_ARGS_KEYS, *_OUTPUT_KEYS, *_INPUT_TOKEN_KEYS,
-     *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
+     *_MODEL_KEYS, *_TOOL_NAME_KEYS, _LANGSMITH_NODE_KEY,
+     *_SESSION_KEYS, *_AGENT_KEYS, *_NODE_KEYS, *_ARGS_KEYS, *_TOOL_ARGS_KEYS, *_OUTPUT_KEYS,
+     *_INPUT_TOKEN_KEYS, *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
 
 _STATUS_ERROR = 2
 _intern = sys.intern
@@ -82,7 +105,10 @@ _PROGRESS_READS: tuple[tuple[str, str, Plan], ...] = tuple(
 _PROGRESS_KEYS = frozenset(_PROGRESS)
 _NODE: Plan = ((STRING, _NODE_KEYS, "node"),)
 _METADATA_NODE: Plan = ((STRING, ("metadata",), "node"),)
+_LANGSMITH_NODE: Plan = ((STRING, (_LANGSMITH_NODE_KEY,), "node"),)
 _ENTITY_NODE: Plan = ((STRING, ("traceloop.entity.name",), "node"),)
+#: A counter ending a span name (smolagents' ``Step 3``): the node is the name without it.
+_NUMBERED = re.compile(r" [0-9]+$")
 
 
 def _to_json(value: Any) -> str:
@@ -128,7 +154,11 @@ def _plan(kind: str, rule: MappingRule | None, group_by_session: bool) -> Plan:
     """The reads of one step, in SPEC §3 order; a read with no keys yields None.
 
     Order matters only for the order of mapping errors; every read here happens for every step of
-    this kind (the node of a system step is read lazily, in :meth:`Mapper._node`).
+    this kind (the node of a system step is read lazily, in :meth:`Mapper._node`). Event-carried
+    arguments and outputs come after every attribute key. A system step (an agent, a workflow, a graph
+    node) reads no usage: its tokens are the total of the model calls beneath it (OTel GenAI's
+    ``invoke_agent``, Strands Agents, OpenInference's smolagents agent), which are steps of their own,
+    so counting them again would double a session's tokens and cost.
     """
     if rule is not None and rule.name_attribute:
         name: tuple[str, ...] = (rule.name_attribute,)
@@ -137,13 +167,16 @@ def _plan(kind: str, rule: MappingRule | None, group_by_session: bool) -> Plan:
     session = (((rule.session_attribute,) if rule is not None and rule.session_attribute else ()) + _SESSION_KEYS
                if group_by_session else ())
     args = ((rule.args_attribute,) if rule is not None and rule.args_attribute else ()) + _ARGS_KEYS + (
-        ("gen_ai.prompt",) if kind == "tool" else ())
-    output = ((rule.output_attribute,) if rule is not None and rule.output_attribute else ()) + _OUTPUT_KEYS
+        _TOOL_ARGS_KEYS + _EVENT_ARGS_KEYS if kind == "tool" else ())
+    output = (((rule.output_attribute,) if rule is not None and rule.output_attribute else ()) + _OUTPUT_KEYS
+              + _EVENT_OUTPUT_KEYS)
+    usage = kind != "system"
     return ((STRING, name, "name"), (STRING, session, "session"), (STRING, _AGENT_KEYS, "agent"),
             (STRING, _MODEL_KEYS, "model"), (STRING, ("gen_ai.operation.name",), "intent"),
             (STRING, ("otelloop.intent",), "intent"), (TEXT, args, "args"), (TEXT, output, "output"),
-            (STRING, ("error.type",), "error"), (COUNT, _INPUT_TOKEN_KEYS, "input_tokens"),
-            (COUNT, _OUTPUT_TOKEN_KEYS, "output_tokens"), (AMOUNT, _COST_KEYS, "cost"))
+            (STRING, ("error.type",), "error"), (COUNT, _INPUT_TOKEN_KEYS if usage else (), "input_tokens"),
+            (COUNT, _OUTPUT_TOKEN_KEYS if usage else (), "output_tokens"),
+            (AMOUNT, _COST_KEYS if usage else (), "cost"))
 
 
 class _CompiledRule:
@@ -181,6 +214,7 @@ class Mapper:
         self.keys = SPAN_KEYS | {k for r in config.mapping.rules for k in r.match} | {
             k for r in config.mapping.rules
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
+        self.events = EVENT_SOURCES
         self.canonical = Canonicalizer(config.mapping.max_text_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
@@ -256,7 +290,8 @@ class Mapper:
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
         return (resolve(span, res, _NODE, errors)[0] or self._metadata_node(span, res, errors)
-                or resolve(span, res, _ENTITY_NODE, errors)[0] or span_name)
+                or resolve(span, res, _LANGSMITH_NODE, errors)[0] or resolve(span, res, _ENTITY_NODE, errors)[0]
+                or _NUMBERED.sub("", span_name) or span_name)
 
     @staticmethod
     def _metadata_node(span: dict[str, Any], res: dict[str, Any], errors: list[str]) -> str | None:

@@ -1,7 +1,9 @@
 """Reading OTLP trace requests for the mapper: what each span says, as plain Python values.
 
 A :class:`Scanner` is built once with the attribute keys the mapping (and any detector that overwrites
-attributes) can read, and optionally the mapper's :class:`~otelloop.mapping.program.Program`.
+attributes) can read, the span-event attributes it can read (``events``: each an event name and an
+attribute key, handed over under :func:`event_key`), and optionally the mapper's
+:class:`~otelloop.mapping.program.Program`.
 ``scan(data)`` validates a whole ``ExportTraceServiceRequest`` with protobuf's rules and returns:
 
 * ``resources``: one ``(attributes, service_name)`` per ``ResourceSpans``, where ``attributes`` holds the
@@ -14,6 +16,12 @@ attributes) can read, and optionally the mapper's :class:`~otelloop.mapping.prog
 With a program, a span's ``kind`` and ``reads`` (the results of that kind's plan) are filled in and its
 attribute dict is left out unless the program keeps it for that kind; a span carrying one of the
 program's slow keys, and every span without a program, has its attribute dict and no kind.
+
+A wanted event attribute is taken from the first event of its name that carries it (the last
+occurrence within that event) and goes into the span's attribute dict under its :func:`event_key`, as
+if it were one more attribute: the program's reads list those keys after the attribute keys, so a
+span's own attribute always wins. Events of other names are skipped without reading their attributes;
+a span without events costs nothing more.
 
 Attribute values become ``str``, ``bool``, ``int``, ``float``, ``bytes``, ``list`` (array) or ``dict``
 (key-value list), and ``None`` for an empty value, so the mapper can tell a wrong type from a missing
@@ -47,6 +55,11 @@ except ImportError:  # no C compiler at install time
 #: The native reader is in use (``OTELLOOP_PURE_PYTHON=1`` turns it off, for comparison).
 NATIVE = _native is not None and os.environ.get("OTELLOOP_PURE_PYTHON", "") in ("", "0")
 
+
+
+def event_key(event: str, attribute: str) -> str:
+    """The key under which the reader hands over ``attribute`` of a span's ``event`` event."""
+    return f"event:{event}:{attribute}"
 
 
 class Oversized(NamedTuple):
@@ -86,17 +99,24 @@ class Scanner:
         max_value_bytes: values encoded longer than this become :class:`Oversized`.
         native: use the C reader (default: when it is available and not turned off).
         program: the mapper's program (kinds and typed reads done while reading), or None.
+        events: span-event attributes to extract, as (event name, attribute key) pairs.
     """
 
     def __init__(self, keys: Iterable[str], max_value_bytes: int = 65536, native: bool | None = None,
-                 program: Program | None = None) -> None:
-        self.keys = frozenset(keys)
+                 program: Program | None = None, events: Iterable[tuple[str, str]] = ()) -> None:
+        self.events = tuple(dict.fromkeys((e, a) for e, a in events))
+        # An event's key is never read as an attribute of that name: the two would share a dict entry.
+        self.keys = frozenset(keys) - {event_key(e, a) for e, a in self.events}
         self.max_value_bytes = max_value_bytes
         self.program = program
         self.native = NATIVE if native is None else native
         if self.native and _native is None:
             raise RuntimeError("the native reader otelloop._scan is not built")
-        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, program)
+        self._wanted_events: dict[str, dict[str, str]] = {}
+        for e, a in self.events:
+            self._wanted_events.setdefault(e, {})[a] = event_key(e, a)
+        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, program,
+                                      [(event_key(e, a), e, a) for e, a in self.events])
                       if self.native else None)
 
     def scan(self, data: bytes) -> Scanned:
@@ -107,7 +127,7 @@ class Scanner:
         """
         if self._impl is not None:
             return self._impl.scan(data)
-        return _scan_python(data, self.keys, self.max_value_bytes, self.program)
+        return _scan_python(data, self.keys, self.max_value_bytes, self.program, self._wanted_events)
 
 
 def splice(data: bytes, extras: list[bytes | None]) -> bytes:
@@ -154,7 +174,8 @@ def span_bytes(data: bytes) -> list[bytes]:
 # The pure-Python reader: same results through the generated protobuf classes
 
 
-def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program | None) -> Scanned:
+def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program | None,
+                 events: dict[str, dict[str, str]]) -> Scanned:
     try:
         req = ExportTraceServiceRequest.FromString(data)
     except (DecodeError, RuntimeError) as e:
@@ -170,6 +191,8 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
         for ss in rs.scope_spans:
             for span in ss.spans:
                 attrs = _wanted(span.attributes, keys, limit)
+                if events and span.events:
+                    attrs = _event_values(span.events, events, limit, attrs)
                 kind = reads = None
                 if program is not None:
                     mapped = program.run(attrs, res_attrs, errors)
@@ -189,6 +212,23 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
 def _wanted(attributes: Any, keys: frozenset[str], limit: int) -> dict[str, Any] | None:
     out = {kv.key: kv.value for kv in attributes if kv.key in keys}  # the last of repeated keys wins
     return {k: _attribute(v, limit) for k, v in out.items()} or None
+
+
+def _event_values(span_events: Any, wanted: dict[str, dict[str, str]], limit: int,
+                  attrs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``attrs`` with the wanted attributes of the span's events added under their event keys: each
+    from the first event of its name that carries it."""
+    for ev in span_events:
+        keys = wanted.get(ev.name)
+        if keys is None:
+            continue
+        found = {kv.key: kv.value for kv in ev.attributes if kv.key in keys}  # the last of repeated keys wins
+        for key, value in found.items():
+            if attrs is None:
+                attrs = {}
+            if keys[key] not in attrs:
+                attrs[keys[key]] = _attribute(value, limit)
+    return attrs
 
 
 def _string_of(attributes: Any, key: str) -> str:
