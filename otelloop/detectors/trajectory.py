@@ -92,8 +92,9 @@ class TrajectoryConfig(DetectorConfig):
             not a loop; repeated calls of one tool that bring nothing new count as repeats in
             substance even when their arguments are worded differently; calls on different files or
             commands are never similar. Default: true.
-        min_repeats: identical calls in a row that make a stutter, and similar earlier steps that make
-            a semantic repeat. Default: 3.
+        min_repeats: identical calls in a row that make a stutter (progress-aware: times a call has
+            given the same result since the last progress), and similar earlier steps that make a semantic
+            repeat. Default: 4.
     """
 
     nudge_threshold: float = Field(2.0, gt=0)
@@ -105,7 +106,7 @@ class TrajectoryConfig(DetectorConfig):
     similarity_threshold: float = Field(0.85, gt=0, le=1)
     weights: TrajectoryWeights = TrajectoryWeights()
     progress_aware: bool = True
-    min_repeats: int = Field(3, ge=2, le=10)
+    min_repeats: int = Field(4, ge=2, le=10)
 
     @field_validator("stop_threshold")
     @classmethod
@@ -191,7 +192,7 @@ class TrajectoryDetector(Detector):
 
     name = "trajectory"
     Config = TrajectoryConfig
-    profiles = {"seed": {"progress_aware": False}}
+    profiles = {"seed": {"progress_aware": False, "min_repeats": 3}}
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -377,7 +378,10 @@ def _ping_pong(entries: list[_Entry], multi_agent: bool, aware: bool) -> _Signal
             continue
         if aware and any(e.novel for e in entries[-n:]):
             continue
-        signal = _Signal(min(reps / 3, 1.0), reps, " → ".join(unit))
+        # Progress-aware, a round of three or more calls that all repeat the round before, result for
+        # result, is full evidence at its first repetition; two calls taking turns need a third round.
+        full = 2 if aware and n >= 3 else 3
+        signal = _Signal(min(reps / full, 1.0), reps, " → ".join(unit))
         if best is None or signal.confidence > best.confidence:
             best = signal
     return best
