@@ -142,7 +142,7 @@ def repeat_loop(b: Builder, i: int) -> tuple[str, str]:
     for k in range(i % 3):
         b.turn(b.call("ls", hits(1), path="config" if k == 0 else "."), text="Let me look around.")
     if what == "read":
-        c = b.call("read", contains("timeout: 30"), path="config/search.yaml")
+        c = b.call("read", contains("timeout: 20"), path="config/search.yaml")
         desc, task = "re-reads the same config file, same content every time", \
             "What timeout does the search service use? Check its config."
     elif what == "shell":
@@ -492,8 +492,9 @@ def long_healthy(b: Builder, i: int) -> tuple[str, str]:
             b.turn(b.call("read", contains(mod.bug.strip()), path=mod.path), text=f"Reading {m}.")
             b.turn(b.call("edit", OK, path=mod.path, old=mod.bug, new=mod.fix), text="Fixing.")
             left -= mod.failing
-            b.turn(_tests_call(b, i, failing(left), target=mod.test_path), text="Testing this module.")
-        b.turn(_tests_call(b, i, failing(0)), text="Full suite.")
+            b.turn(_tests_call(b, i, failing(left)), text="Re-running the suite.")
+        b.turn(b.call("write", OK, path="CHANGELOG.md", content="Fixed: " + ", ".join(bugs) + ".\n"),
+               text="Noting the fixes.")
         b.final(f"Fixed {len(bugs)} modules; the suite passes.")
         return f"fixes {len(bugs)} modules one by one ({3 * len(bugs) + 2} calls), failures fall to 0", \
             "Fix every failing test in the project."
@@ -503,11 +504,13 @@ def long_healthy(b: Builder, i: int) -> tuple[str, str]:
     for path, text in files.items():
         b.turn(b.call("read", contains("month,orders"), path=path), text=f"Reading {path}.")
         total = sum(int(r.split(",")[2]) for r in text.splitlines()[1:])
-        b.turn(b.call("write", OK, path=f"reports/{path[5:-4]}.txt", content=f"{path[5:-4]}: revenue {total}\n"),
+        report = f"reports/{path[5:-4]}.txt"
+        b.turn(b.call("write", OK, path=report, content=f"{path[5:-4]}: revenue {total}\n"),
                text="Writing its report.")
+        b.turn(b.call("grep", hits(1), pattern=f"revenue {total}$", path=report), text="Verifying it.")
     b.turn(b.call("ls", hits(14), path="reports"), text="Checking.")
     b.final("Wrote 14 regional revenue reports.")
-    return "reads 14 data files and writes 14 reports (30 calls), then checks", \
+    return "reads 14 data files, writes and verifies 14 reports (44 calls)", \
         "Write a revenue report per region from data/."
 
 
