@@ -679,7 +679,8 @@ CLASSES: dict[str, tuple[Generator, Generator]] = {
 
 #: runs per (class, label)
 RUNS_PER_KIND = 4
-EXTRA = {("test_fix", "loop"): 2, ("search", "loop"): 1, ("multi_agent", "healthy"): 1, ("multi_agent", "loop"): 1}
+EXTRA = {("test_fix", "loop"): 2, ("search", "loop"): 1, ("multi_agent", "healthy"): 1, ("multi_agent", "loop"): 1,
+         ("retry", "loop"): 2, ("retry", "healthy"): 1}
 
 
 def catalog() -> dict[str, Scenario]:
