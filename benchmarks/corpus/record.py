@@ -194,8 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_labels(labels: dict[str, dict[str, Any]]) -> None:
-    from recorder.capture import __doc__ as _  # noqa: F401  (keeps the import path checked)
-
     versions = _versions()
     runs = [labels[k] for k in sorted(labels)]
     LABELS.write_text(json.dumps({"format": "otlp-proto-length-prefixed", "versions": versions, "runs": runs},

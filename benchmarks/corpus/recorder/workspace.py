@@ -47,7 +47,6 @@ class ToolSpec:
 
 
 _TIMING = re.compile(r" in \d+\.\d+s( \([^)]*\))?")
-_SUMMARY = re.compile(r"(?:(\d+) failed)?(?:, )?(?:(\d+) passed)?")
 
 
 def _pytest_counts(out: str) -> dict[str, int] | None:

@@ -9,8 +9,6 @@ Multi-agent runs use strands' ``Swarm``: agents hand over with its ``handoff_to_
 from __future__ import annotations
 
 import json
-import threading
-import time
 from typing import Any
 
 from ..script import Scenario, Turn
@@ -47,7 +45,6 @@ def run(ctx: RunContext) -> str:
 
     sc = ctx.scenario
     brain = ctx.brain
-    lock = threading.Lock()
 
     class ScriptedModel(Model):
         def __init__(self, agent: str) -> None:
