@@ -1,12 +1,19 @@
-"""``otelloop analyze``: the same pipeline as ``serve``, run offline over recorded OTLP (SPEC §1).
+"""``otelloop analyze``: the same pipeline as ``serve``, run offline over recorded OTLP.
 
-Accepted inputs: JSON lines as written by the Collector's ``file`` exporter (one OTLP/JSON request per
-line), a single OTLP/JSON document, or one binary protobuf ``ExportTraceServiceRequest``.
+Accepted inputs, told apart by their first bytes:
+
+- the OpenTelemetry Collector ``file`` exporter's ``proto`` format: each ``ExportTraceServiceRequest``
+  preceded by its length as a 4-byte big-endian integer (a length under 16 MiB begins with ``0x00``);
+- the ``file`` exporter's JSON lines (one OTLP/JSON request per line) or a single OTLP/JSON document
+  (``{`` or ``[``);
+- one binary ``ExportTraceServiceRequest`` (or several concatenated, which protobuf reads as one): it
+  begins with ``0x0A``, the tag of its first field.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,23 +30,74 @@ class InputError(ValueError):
     """A file could not be read as OTLP; the message names the file (and line)."""
 
 
+#: First byte of a binary ExportTraceServiceRequest: field 1 (resource_spans), wire type 2.
+_REQUEST_TAG = 0x0A
+#: Largest request a length prefix may announce (the file exporter writes one request per export).
+MAX_FRAMED_REQUEST = 1 << 30
+
+
 def read_requests(path: str | Path) -> Iterator[bytes]:
     """Serialised requests from one recorded file, in file order."""
-    data = Path(path).read_bytes()
-    head = data.lstrip()[:1]
-    if head not in (b"{", b"["):
+    for _, data in iter_requests(path):
         yield data
+
+
+def iter_requests(path: str | Path) -> Iterator[tuple[str, bytes]]:
+    """``(where, request bytes)`` for every request of one recorded file, in file order; ``where`` names
+    the file and the request's line or byte offset, for error messages.
+
+    Raises:
+        InputError: the file is in none of the accepted formats, or is truncated or garbled.
+    """
+    data = Path(path).read_bytes()
+    if not data.strip():
         return
+    head = data.lstrip()[:1]
+    if head in (b"{", b"["):
+        yield from _json_requests(data, str(path))
+    elif data[0] == 0x00:
+        yield from _framed_requests(data, str(path))
+    elif data[0] == _REQUEST_TAG:
+        yield f"{path}", data
+    else:
+        raise InputError(f"{path}: not OTLP: offset 0 holds 0x{data[0]:02x}, but a recording begins with "
+                         "0x00 (the Collector file exporter's length-prefixed proto format), 0x0a (a binary "
+                         "ExportTraceServiceRequest) or '{' (OTLP/JSON)")
+
+
+def _framed_requests(data: bytes, path: str) -> Iterator[tuple[str, bytes]]:
+    """The file exporter's ``proto`` format: a 4-byte big-endian length, then that many bytes, repeated."""
+    pos, n, size = 0, 0, len(data)
+    while pos < size:
+        n += 1
+        if pos + 4 > size:
+            raise InputError(f"{path}: truncated at offset {pos}: request {n} has {size - pos} byte(s) of its "
+                             "4-byte length prefix")
+        (length,) = struct.unpack_from(">I", data, pos)
+        if length > MAX_FRAMED_REQUEST:
+            raise InputError(f"{path}: garbled at offset {pos}: request {n} announces {length} bytes; not a "
+                             "length-prefixed OTLP file")
+        if pos + 4 + length > size:
+            raise InputError(f"{path}: truncated at offset {pos}: request {n} announces {length} bytes, "
+                             f"{size - pos - 4} follow")
+        if length and data[pos + 4] != _REQUEST_TAG:
+            raise InputError(f"{path}: garbled at offset {pos + 4}: request {n} begins with "
+                             f"0x{data[pos + 4]:02x}, not an ExportTraceServiceRequest")
+        yield f"{path}: request {n} at offset {pos}", data[pos + 4:pos + 4 + length]
+        pos += 4 + length
+
+
+def _json_requests(data: bytes, path: str) -> Iterator[tuple[str, bytes]]:
     try:
         doc = json.loads(data)
     except ValueError:
         doc = None
     if isinstance(doc, dict):
-        yield _json(doc, f"{path}")
+        yield path, _json(doc, path)
         return
     for n, line in enumerate(data.splitlines(), 1):
         if line.strip():
-            yield _json(line, f"{path}:{n}")
+            yield f"{path}:{n}", _json(line, f"{path}:{n}")
 
 
 def _json(doc: Any, where: str) -> bytes:
@@ -67,11 +125,11 @@ def analyze(paths: list[str], config: Config | None = None, output: TextIO | Non
     pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
     by_session: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
-        for data in read_requests(path):
+        for where, data in iter_requests(path):
             try:
                 processed = pipeline.process(pipeline.decode(data))
             except InvalidRequest as e:
-                raise InputError(f"{path}: {e}") from None
+                raise InputError(f"{where}: {e}") from None
             for step, finding in processed.findings:
                 by_session.setdefault(step.session, []).append({
                     "detector": finding.detector, "event": finding.event, "severity": finding.severity,

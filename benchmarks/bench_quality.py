@@ -1,0 +1,257 @@
+"""Detection quality on the labelled corpus: are loops stopped in time, and is healthy work left alone?
+
+    python benchmarks/bench_quality.py                          # today's defaults, every run
+    python benchmarks/bench_quality.py --config my.yaml         # compare settings
+    python benchmarks/bench_quality.py --dialect strands --scenario polling --runs
+    python benchmarks/bench_quality.py --json > quality.json
+
+Every run of ``benchmarks/corpus`` (see its README) is replayed through the pipeline ``otelloop serve``
+runs (``otelloop.pipeline.Pipeline``), with the configuration ``serve`` would build: the defaults, or
+``--config FILE`` read by the same loader (``OTEL_EXPORTER_OTLP_*`` variables are ignored: they only
+concern the exporter). Each run gets a fresh pipeline (sessions are per trace and a run is one trace;
+a fresh pipeline also makes each run's result independent of the others) and its export requests are
+processed one by one, in file order, as ``serve`` would receive them. Nothing is timed.
+
+Per run it reports the tool call at which the verdict first became ``nudge`` and ``stop``, counted among
+the run's tool spans ordered by start time (the index ``loop_start`` uses). When the verdict rises on a
+step that is not a tool call (an LLM call, an agent or graph span), it is attributed to the number of
+tool calls already processed in that session, at least 1. The detector is the one whose vote on that
+step carries the new verdict (with its reason). "Any finding" means some ``otelloop.*`` finding event was
+added to some span of the run (the pipeline's findings for the run).
+
+Loop runs: lag = stop index − ``loop_start``; stopped in time = 0 ≤ lag ≤ 6. A stop before
+``loop_start`` is an early stop (a false stop of the run's productive part), counted apart and not in
+time. The median lag is over loop runs stopped at or after their loop start. Healthy runs: stopped =
+reached ``stop``; nudged = reached ``nudge`` or ``stop``; any finding = at least one finding event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from otelloop.analyze import iter_requests  # noqa: E402
+from otelloop.config import Config, load_config  # noqa: E402
+from otelloop.model import VERDICT_RANK  # noqa: E402
+from otelloop.pipeline import Pipeline  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+#: A loop is stopped in time when the stop comes at most this many tool calls after its first call.
+IN_TIME = 6
+
+
+@dataclass
+class RunResult:
+    id: str
+    label: str
+    scenario: str
+    dialect: str
+    tool_calls: int
+    loop_start: int | None
+    nudge_at: int | None = None
+    nudge_by: str = ""
+    stop_at: int | None = None
+    stop_by: str = ""
+    verdict: str = "continue"
+    findings: dict[str, int] = field(default_factory=dict)  # detector -> finding events
+    tool_steps: int = 0  # tool steps the mapping found
+
+    @property
+    def lag(self) -> int | None:
+        if self.stop_at is None or self.loop_start is None:
+            return None
+        return self.stop_at - self.loop_start
+
+    @property
+    def outcome(self) -> str:
+        """Loop runs: in_time, late, early or never. Healthy runs: stopped, nudged, finding or clean."""
+        if self.label == "loop":
+            lag = self.lag
+            if lag is None:
+                return "never"
+            return "early" if lag < 0 else "in_time" if lag <= IN_TIME else "late"
+        if self.stop_at is not None:
+            return "stopped"
+        if self.nudge_at is not None:
+            return "nudged"
+        return "finding" if self.findings else "clean"
+
+
+def load_labels(corpus: Path = CORPUS) -> list[dict[str, Any]]:
+    return json.loads((corpus / "labels.json").read_text())["runs"]
+
+
+def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS) -> RunResult:
+    """One run through a fresh pipeline, request by request; where the verdict rose, and who raised it."""
+    pipeline = Pipeline(config)
+    pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
+    requests = [data for _, data in iter_requests(corpus / run["file"])]
+    # The tool calls of the run ordered by start time: the index the labels use.
+    tools: list[tuple[int, str]] = []
+    for data in requests:
+        tools += [(step.start_ns, step.span_id) for _, step, _ in pipeline.decode(data).steps if step.kind == "tool"]
+    rank = {span_id: i for i, (_, span_id) in enumerate(sorted(tools), 1)}
+    res = RunResult(run["id"], run["label"], run["scenario"], run["dialect"], run["tool_calls"], run["loop_start"],
+                    tool_steps=len(tools))
+    seen_tools: Counter[str] = Counter()  # session -> tool steps processed
+    observe = pipeline.engine.observe
+
+    def watched(session: Any, step: Any) -> Any:
+        before = session.verdict
+        ctx = observe(session, step)
+        if step.kind == "tool":
+            seen_tools[session.id] += 1
+        after = session.verdict
+        if VERDICT_RANK[after] > VERDICT_RANK[before]:
+            at = rank.get(step.span_id, 0) if step.kind == "tool" else max(1, seen_tools[session.id])
+            by = next((f"{d}: {v[1]}" for d, v in ctx.votes.items() if v[0] == after), "") or session.reason
+            for verdict in ("nudge", "stop"):
+                if VERDICT_RANK[after] >= VERDICT_RANK[verdict] and getattr(res, f"{verdict}_at") is None:
+                    setattr(res, f"{verdict}_at", at)
+                    setattr(res, f"{verdict}_by", by)
+        return ctx
+
+    pipeline.engine.observe = watched  # type: ignore[method-assign]
+    findings: Counter[str] = Counter()
+    for data in requests:
+        processed = pipeline.process(pipeline.decode(data))
+        for _, finding in processed.findings:
+            findings[finding.detector] += 1
+    res.findings = dict(sorted(findings.items()))
+    res.verdict = max((s.verdict for s in pipeline.store), key=VERDICT_RANK.__getitem__, default="continue")
+    return res
+
+
+def evaluate(config: Config | None = None, corpus: Path = CORPUS, dialects: list[str] | None = None,
+             scenarios: list[str] | None = None) -> list[RunResult]:
+    runs = [r for r in load_labels(corpus) if (not dialects or r["dialect"] in dialects)
+            and (not scenarios or r["scenario"] in scenarios)]
+    return [replay(r, config, corpus) for r in runs]
+
+
+# -- figures ----------------------------------------------------------------------------------------------------
+
+
+def group_figures(results: list[RunResult]) -> dict[str, Any]:
+    loops = [r for r in results if r.label == "loop"]
+    healthy = [r for r in results if r.label == "healthy"]
+    lags = [r.lag for r in loops if r.lag is not None and r.lag >= 0]
+    oc = Counter(r.outcome for r in loops)
+    return {
+        "loops": len(loops), "in_time": oc["in_time"], "late": oc["late"], "early": oc["early"],
+        "never": oc["never"], "median_lag": statistics.median(lags) if lags else None,
+        "healthy": len(healthy), "healthy_stopped": sum(r.stop_at is not None for r in healthy),
+        "healthy_nudged": sum(r.nudge_at is not None for r in healthy),
+        "healthy_with_finding": sum(bool(r.findings) for r in healthy),
+    }
+
+
+def detector_figures(results: list[RunResult]) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in results:
+        stop_det = r.stop_by.split(":", 1)[0] if r.stop_by else ""
+        nudge_det = r.nudge_by.split(":", 1)[0] if r.nudge_by else ""
+        if r.label == "loop":
+            if stop_det:
+                table[stop_det]["loop_stops"] += 1
+                if r.outcome == "in_time":
+                    table[stop_det]["loop_stops_in_time"] += 1
+            for d in r.findings:
+                table[d]["loops_with_finding"] += 1
+        else:
+            if stop_det:
+                table[stop_det]["healthy_stops"] += 1
+            if nudge_det:
+                table[nudge_det]["healthy_nudges"] += 1
+            for d, n in r.findings.items():
+                table[d]["healthy_with_finding"] += 1
+                table[d]["healthy_findings"] += n
+    return {d: dict(c) for d, c in sorted(table.items())}
+
+
+def summary_line(fig: dict[str, Any]) -> str:
+    lag = "-" if fig["median_lag"] is None else f"{fig['median_lag']:g}"
+    return (f"loops stopped in time: {fig['in_time']}/{fig['loops']} (median lag {lag}) · "
+            f"healthy stopped: {fig['healthy_stopped']}/{fig['healthy']} · "
+            f"healthy nudged: {fig['healthy_nudged']}/{fig['healthy']} · "
+            f"healthy with any finding: {fig['healthy_with_finding']}/{fig['healthy']}")
+
+
+def report(results: list[RunResult]) -> dict[str, Any]:
+    by_scenario: dict[str, list[RunResult]] = defaultdict(list)
+    by_dialect: dict[str, list[RunResult]] = defaultdict(list)
+    for r in results:
+        by_scenario[r.scenario].append(r)
+        by_dialect[r.dialect].append(r)
+    total = group_figures(results)
+    return {
+        "summary": total, "summary_line": summary_line(total),
+        "scenarios": {k: group_figures(v) for k, v in sorted(by_scenario.items())},
+        "dialects": {k: group_figures(v) for k, v in sorted(by_dialect.items())},
+        "detectors": detector_figures(results),
+        "runs": [{**asdict(r), "lag": r.lag, "outcome": r.outcome} for r in results],
+    }
+
+
+def _table(title: str, rows: dict[str, dict[str, Any]]) -> str:
+    head = (f"| {title} | loops | in time | early | late | never | median lag | healthy | stopped | nudged "
+            f"| any finding |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for k, f in rows.items():
+        lag = "-" if f["median_lag"] is None else f"{f['median_lag']:g}"
+        lines.append(f"| {k} | {f['loops']} | {f['in_time']} | {f['early']} | {f['late']} | {f['never']} | {lag} "
+                     f"| {f['healthy']} | {f['healthy_stopped']} | {f['healthy_nudged']} "
+                     f"| {f['healthy_with_finding']} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def render(rep: dict[str, Any], runs: bool = False) -> str:
+    out = [rep["summary_line"], "", _table("scenario", rep["scenarios"]), _table("dialect", rep["dialects"])]
+    cols = ("loop_stops", "loop_stops_in_time", "loops_with_finding", "healthy_stops", "healthy_nudges",
+            "healthy_with_finding", "healthy_findings")
+    out.append("| detector | " + " | ".join(c.replace("_", " ") for c in cols) + " |")
+    out.append("|---" * (len(cols) + 1) + "|")
+    for d, c in rep["detectors"].items():
+        out.append(f"| {d} | " + " | ".join(str(c.get(k, 0)) for k in cols) + " |")
+    out.append("")
+    if runs:
+        out.append(f"{'run':58} {'label':7} {'calls':>5} {'start':>5} {'nudge':>5} {'stop':>5} {'outcome':8} raised by")
+        for r in rep["runs"]:
+            def n(v: Any) -> str:
+                return "-" if v is None else str(v)
+            out.append(f"{r['id']:58} {r['label']:7} {r['tool_calls']:>5} {n(r['loop_start']):>5} "
+                       f"{n(r['nudge_at']):>5} {n(r['stop_at']):>5} {r['outcome']:8} "
+                       f"{r['stop_by'] or r['nudge_by'] or ', '.join(r['findings'])}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="YAML configuration, read as `otelloop serve --config` reads it")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="corpus directory (holds labels.json)")
+    parser.add_argument("--dialect", action="append", help="only these dialects")
+    parser.add_argument("--scenario", action="append", help="only these scenario classes")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--runs", action="store_true", help="also list every run")
+    args = parser.parse_args(argv)
+    config = load_config(args.config, {}, env={})
+    results = evaluate(config, args.corpus, args.dialect, args.scenario)
+    if not results:
+        parser.error("no run matches the filters")
+    rep = report(results)
+    sys.stdout.write(json.dumps(rep, indent=1) + "\n" if args.json else render(rep, args.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

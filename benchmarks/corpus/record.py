@@ -1,0 +1,232 @@
+"""Record the labelled corpus: every scenario run in its framework, the OTLP requests kept byte for byte.
+
+    python benchmarks/corpus/record.py                        # everything (about 15 minutes with -j 3)
+    python benchmarks/corpus/record.py --dialect strands      # one dialect
+    python benchmarks/corpus/record.py --scenario polling     # one scenario class (or a run id prefix)
+    python benchmarks/corpus/record.py --list                 # the runs and their stories, no recording
+    python benchmarks/corpus/record.py --dump runs/strands/strands.polling-loop-01.binpb   # read a run
+
+Needs the ``corpus`` extra (``pip install '.[corpus]'``). Each run is recorded in a fresh child process
+(instrumentations patch libraries globally) with a fresh workspace directory; as root, the child runs in
+a private network namespace with only loopback (``unshare -n``), which proves the run is offline. A run
+whose tool log does not match its script, whose tool spans do not match its tool calls, or whose loop
+is shorter than ``MIN_LOOP_TAIL`` tool calls fails, and nothing is written for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from recorder.drivers import DIALECTS  # noqa: E402
+
+RUNS = HERE / "runs"
+LABELS = HERE / "labels.json"
+#: A loop run must go on for at least this many tool calls after its first loop call.
+MIN_LOOP_TAIL = 8
+FRAMEWORK = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
+             "openai_agents": "openai-agents", "pydantic_ai": "pydantic-ai", "strands": "strands-agents",
+             "smolagents": "smolagents"}
+DRIVER = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
+          "openai_agents": "openai_agents", "pydantic_ai": "pydantic_ai", "strands": "strands",
+          "smolagents": "smolagents"}
+
+
+def run_file(run_id: str) -> Path:
+    return RUNS / run_id.split(".", 1)[0] / f"{run_id}.binpb"
+
+
+# -- child: one run ---------------------------------------------------------------------------------------------
+
+
+def record_one(run_id: str) -> dict[str, Any]:
+    import importlib
+
+    from recorder.capture import frame, is_tool_span, spans_of
+    from recorder.drivers.common import RunContext
+    from recorder.scenarios import catalog
+    from recorder.script import Brain, StoryError, ToolLog, check_story
+    from recorder.workspace import Workspace
+
+    sc = catalog()[run_id]
+    driver = importlib.import_module(f"recorder.drivers.{DRIVER[sc.dialect]}")
+    service = f"{sc.cls.replace('_', '-')}-agent"
+    capture, finish = driver.setup(sc.dialect, service)
+    root = Path(tempfile.mkdtemp(prefix="otelloop-corpus-"))
+    try:
+        ws = Workspace(root / "ws", sc.setup)
+        ws.root.mkdir()
+        ws.build()
+        log = ToolLog()
+        script = driver.prepare(sc) if hasattr(driver, "prepare") else sc
+        ctx = RunContext(script, ws, Brain(script, log), log, capture)
+        answer = driver.run(ctx)
+        finish()
+        requests = capture.finish()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    problems = check_story(script, ctx.brain, log, frozenset(ctx.extra_tools))
+    if script.turns[-1].text and answer != script.turns[-1].text:
+        problems.append(f"final answer {str(answer)[:120]!r} is not the script's {script.turns[-1].text!r}")
+    spans = spans_of(requests)
+    tools = [s for s in spans if is_tool_span(s)]
+    if len(tools) != len(log.records):
+        problems.append(f"{len(tools)} tool spans but {len(log.records)} tool calls ran "
+                        f"(spans: {[s['name'] for s in tools]}; calls: {[r.tool for r in log.records]})")
+    if len({s["trace"] for s in spans}) != 1:
+        problems.append(f"the run spans {len({s['trace'] for s in spans})} traces")
+    loop_start = None
+    if sc.label == "loop":
+        turn = next(i for i, t in enumerate(script.turns) if t.loop_start)
+        at = ctx.brain.taken_ns[turn]
+        loop_start = 1 + sum(1 for s in tools if s["start"] < at)
+        if len(tools) - loop_start < MIN_LOOP_TAIL:
+            problems.append(f"the loop starts at tool call {loop_start} of {len(tools)}: fewer than "
+                            f"{MIN_LOOP_TAIL} calls after it")
+    if problems:
+        raise StoryError(f"{run_id}: the run does not match its story:\n  " + "\n  ".join(problems))
+    path = run_file(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(frame(requests))
+    return {"id": run_id, "file": str(path.relative_to(HERE)), "label": sc.label, "scenario": sc.cls,
+            "framework": FRAMEWORK[sc.dialect], "dialect": sc.dialect, "tool_calls": len(tools),
+            "loop_start": loop_start, "description": sc.description, "task": sc.task,
+            "requests": len(requests), "spans": len(spans),
+            "tools": sorted({r.tool for r in log.records})}
+
+
+# -- parent -----------------------------------------------------------------------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "LANGSMITH_", "LANGCHAIN_", "OPENAI_", "TRACELOOP_", "LOGFIRE_",
+                                "HF_", "AWS_", "STRANDS_", "SMOLAGENTS_"))}
+    env.update(PYTHONHASHSEED="0", HF_HUB_OFFLINE="1", OPENAI_AGENTS_DISABLE_TRACING="0",
+               # the frameworks' own usage telemetry, off (the network namespace would block it anyway)
+               DO_NOT_TRACK="1", ANONYMIZED_TELEMETRY="false")
+    env["PYTHONPATH"] = str(HERE)
+    return env
+
+
+def _offline_prefix(offline: bool) -> list[str]:
+    if not offline:
+        return []
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        raise SystemExit("--offline needs root, unshare and ip (iproute2); use --no-offline to record without "
+                         "the network namespace")
+    return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+
+
+def spawn(run_id: str, offline: bool) -> tuple[str, dict[str, Any] | None, str, float]:
+    started = time.perf_counter()
+    cmd = [*_offline_prefix(offline), sys.executable, str(Path(__file__).resolve()), "--child", run_id]
+    proc = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - started
+    if proc.returncode != 0:
+        return run_id, None, (proc.stderr or proc.stdout)[-4000:], took
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    return run_id, json.loads(line), "", took
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dialect", action="append", choices=DIALECTS, help="only these dialects")
+    parser.add_argument("--scenario", action="append", help="only these scenario classes or run-id prefixes")
+    parser.add_argument("--label", choices=("loop", "healthy"))
+    parser.add_argument("-j", "--jobs", type=int, default=3, help="runs recorded at once (they mostly wait)")
+    parser.add_argument("--offline", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
+                        help="record in a network namespace with only loopback (default as root)")
+    parser.add_argument("--list", action="store_true", help="list the selected runs and exit")
+    parser.add_argument("--dump", type=Path, help="print the spans of a recorded run and exit")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        result = record_one(args.child)
+        print(json.dumps(result))
+        return 0
+    if args.dump:
+        return dump(args.dump)
+    from recorder.scenarios import catalog
+
+    runs = catalog()
+    selected = [sc for sc in runs.values()
+                if (not args.dialect or sc.dialect in args.dialect)
+                and (not args.scenario or sc.cls in args.scenario
+                     or any(sc.id.startswith(p) or sc.id.split(".", 1)[1].startswith(p) for p in args.scenario))
+                and (not args.label or sc.label == args.label)]
+    if args.list:
+        for sc in selected:
+            calls = sum(len(t.calls) for t in sc.turns)
+            print(f"{sc.id:58} {sc.label:8} {calls:3} calls  {sc.description}")
+        print(f"{len(selected)} runs")
+        return 0
+    labels = {r["id"]: r for r in json.loads(LABELS.read_text())["runs"]} if LABELS.exists() else {}
+    for stale in set(labels) - set(runs):  # runs no longer in the catalog
+        labels.pop(stale)
+    failed: list[str] = []
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for run_id, result, err, took in pool.map(lambda sc: spawn(sc.id, args.offline), selected):
+            if result is None:
+                failed.append(run_id)
+                print(f"FAILED {run_id} ({took:.1f}s)\n{err}", file=sys.stderr, flush=True)
+                continue
+            labels[run_id] = result
+            print(f"ok {run_id}: {result['tool_calls']} tool calls, {result['spans']} spans in "
+                  f"{result['requests']} request(s), loop_start={result['loop_start']} ({took:.1f}s)", flush=True)
+    write_labels(labels)
+    print(f"{len(selected) - len(failed)}/{len(selected)} runs recorded in {time.perf_counter() - started:.0f}s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def write_labels(labels: dict[str, dict[str, Any]]) -> None:
+    versions = _versions()
+    runs = [labels[k] for k in sorted(labels)]
+    LABELS.write_text(json.dumps({"format": "otlp-proto-length-prefixed", "versions": versions, "runs": runs},
+                                 indent=1, ensure_ascii=False) + "\n")
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("langgraph", "langchain-core", "langsmith", "openinference-instrumentation-langchain",
+                "openai-agents", "openinference-instrumentation-openai-agents", "pydantic-ai-slim",
+                "strands-agents", "smolagents", "openinference-instrumentation-smolagents", "opentelemetry-sdk",
+                "opentelemetry-exporter-otlp-proto-grpc", "grpcio", "protobuf"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def dump(path: Path) -> int:
+    from recorder.capture import spans_of, unframe
+
+    for s in spans_of(unframe(path.read_bytes())):
+        print(f"{s['start']} {s['name']!r} status={s['status']} parent={s['parent'][:8]}")
+        for k, v in s["attrs"].items():
+            print(f"    {k} = {str(v)[:300]!r}")
+        for name, attrs in s["events"]:
+            print(f"    event {name}: {str(attrs)[:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
