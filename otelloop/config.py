@@ -503,10 +503,21 @@ def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], str, list[
             errors.append(f"detectors.{name}: must be a mapping, got {_json(section)}")
             continue
         try:
-            out[name] = cls.Config.model_validate({**cls.profiles.get(profile, {}), **section})
+            out[name] = cls.Config.model_validate(_merged(cls.profiles.get(profile, {}), section))
         except ValidationError as e:
             errors.extend(_format_errors(cls.Config, e, ("detectors", name)))
     return out, profile, errors
+
+
+def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``, mappings merged key by key (a profile's weights stay unless named)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def build_config(raw: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> Config:

@@ -167,7 +167,7 @@ class DriftDetector(Detector):
         """Record a file or command step and return the pattern it completes, if any."""
         if step.tool_class == "read" and step.file_path:
             return self._read(state, step)
-        if step.tool_class == "write" and step.file_path:
+        if step.tool_class == "write" and (step.file_path or self.config.progress_aware):
             return _write(state, step)
         if self.config.progress_aware:
             return self._repeated_failure(state, step)
@@ -285,7 +285,7 @@ def _write(state: DriftState, step: Step) -> _Hit | None:
     earlier edit of the file. A write whose effect is unknown counts as a change, which ends a read
     loop but never makes a revert.
     """
-    path = step.file_path or ""
+    path = step.file_path or step.name  # a write that names no file: its tool's own target (progress-aware)
     target = hash(path)
     earlier = [w for w in state.writes or () if w.target == target]
     current = earlier[-1].version if earlier else None

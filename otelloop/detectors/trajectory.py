@@ -58,7 +58,7 @@ class TrajectoryWeights(BaseModel):
     Attributes:
         stutter: type I. Default: 2.0.
         semantic_repeat: type II. Default: 1.5.
-        phantom_progress: type III. Default: 0.5.
+        phantom_progress: type III. Default: 1.0.
         ping_pong: type IV. Default: 1.5.
     """
 
@@ -66,7 +66,7 @@ class TrajectoryWeights(BaseModel):
 
     stutter: float = Field(2.0, ge=0)
     semantic_repeat: float = Field(1.5, ge=0)
-    phantom_progress: float = Field(0.5, ge=0)
+    phantom_progress: float = Field(1.0, ge=0)
     ping_pong: float = Field(1.5, ge=0)
 
 
@@ -85,7 +85,7 @@ class TrajectoryConfig(DetectorConfig):
             Default: lexical.
         similarity_threshold: cosine at or above which two descriptors are similar. Default: 0.85.
         weights: score added per loop type (see :class:`TrajectoryWeights`). Default: stutter 2.0,
-            semantic_repeat 1.5, phantom_progress 0.5, ping_pong 1.5.
+            semantic_repeat 1.5, phantom_progress 1.0, ping_pong 1.5.
         progress_aware: loop types count only steps that brought nothing new (a result seen before
             in the session, a result that says nothing, a write that restores a version the file had),
             so repetition with progress — batches, polling that completes, retries that succeed — is
@@ -192,7 +192,7 @@ class TrajectoryDetector(Detector):
 
     name = "trajectory"
     Config = TrajectoryConfig
-    profiles = {"seed": {"progress_aware": False, "min_repeats": 3}}
+    profiles = {"seed": {"progress_aware": False, "min_repeats": 3, "weights": {"phantom_progress": 0.5}}}
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -250,7 +250,7 @@ class TrajectoryDetector(Detector):
             "stutter": (_same_result(step, self.config.min_repeats) if aware and entry.novel is False
                         else _stutter(history, entry, self.config.min_repeats, aware)),
             "semantic_repeat": self._semantic_repeat(history, entry),
-            "phantom_progress": _phantom_signal(state.phantom_run),
+            "phantom_progress": (_no_progress(step) if aware else _phantom_signal(state.phantom_run)),
             "ping_pong": _ping_pong([*history, entry], state.multi_agent, aware),
         }
         weights = self.config.weights
@@ -349,6 +349,12 @@ def _phantom(history: tuple[_Entry, ...], entry: _Entry) -> bool:
         return False
     prev = history[-1]
     return entry.state is not None and entry.state == prev.state and _action_differs(entry, prev)
+
+
+def _no_progress(step: Step) -> _Signal | None:
+    """Type III, progress-aware: tool steps in a row, up to this one, that brought nothing new (the
+    actions may change; the state they act on does not), from three on."""
+    return _Signal(min(step.stale / 4, 1.0), step.stale, "") if step.stale >= 3 else None
 
 
 def _phantom_signal(run: int) -> _Signal | None:

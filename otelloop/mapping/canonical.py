@@ -48,12 +48,16 @@ def _strip_volatile(obj: Any) -> Any:
 
 
 def _result_text(parsed: Any) -> str:
-    """The text a parsed result says: a message's ``content`` (LangChain ``ToolMessage``, chat
-    messages), the text parts of a part list, else the value itself."""
+    """The text a parsed result says: a message's ``content`` (chat messages, LangChain ``ToolMessage``
+    also when serialised with its type as ``{"type": …, "data": {…}}``), the text parts of a part list,
+    else the value itself."""
     if isinstance(parsed, str):
         return parsed
-    if isinstance(parsed, dict) and isinstance(parsed.get("content"), (str, list)):
-        return _result_text(parsed["content"])
+    if isinstance(parsed, dict):
+        if isinstance(parsed.get("content"), (str, list)):
+            return _result_text(parsed["content"])
+        if isinstance(parsed.get("data"), dict):  # a serialised LangChain message: {"type", "data": {…}}
+            return _result_text(parsed["data"])
     if isinstance(parsed, list) and parsed and all(isinstance(p, (dict, str)) for p in parsed):
         texts = [p if isinstance(p, str) else p.get("text") for p in parsed]
         if all(isinstance(t, str) for t in texts):

@@ -42,7 +42,7 @@ _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>"),
     (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>"),
     # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
-    (re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{16,}\b"), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<hex>"),
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>"),
 )

@@ -58,9 +58,15 @@ FILE_KEYS: tuple[str, ...] = ("path", "file_path", "filepath", "filename", "file
 COMMAND_KEYS: tuple[tuple[str, str], ...] = (("command", " "), ("cmd", " "), ("script", "\n"),
                                              ("commands", "\n"))
 #: Argument keys holding the full content of a full write, tried in order.
-CONTENT_KEYS: tuple[str, ...] = ("content", "file_text", "text", "contents")
+CONTENT_KEYS: tuple[str, ...] = ("content", "file_text", "text", "contents", "new_content", "body", "code",
+                                 "source")
 #: (old, new) argument keys of a replace-style edit, tried in order.
-EDIT_KEYS: tuple[tuple[str, str], ...] = (("old_str", "new_str"), ("old_string", "new_string"))
+#: The first two pairs also mark an insertion (new text alone); the others only when both are given.
+EDIT_KEYS: tuple[tuple[str, str], ...] = (
+    ("old_str", "new_str"), ("old_string", "new_string"), ("old_text", "new_text"), ("old", "new"),
+    ("search", "replace"), ("find", "replace"), ("original", "replacement"), ("old_content", "new_content"),
+    ("oldText", "newText"), ("old_code", "new_code"))
+_INSERTION_PAIRS = 2
 #: Sub-commands of editor tools that multiplex reading and writing through a ``command`` argument
 #: (``str_replace_editor`` and its kin); in such a tool ``command`` is never a shell command.
 EDITOR_SUBCOMMANDS: Mapping[str, ToolClass] = {
@@ -179,9 +185,10 @@ def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
 
     An append (``append: true``) carries content that is not the whole file, so it is neither.
     """
-    for old_key, new_key in EDIT_KEYS:
+    for i, (old_key, new_key) in enumerate(EDIT_KEYS):
         old, new = args.get(old_key), args.get(new_key)
-        if isinstance(old, str) or isinstance(new, str):
+        if (isinstance(old, str) and isinstance(new, str)) or (
+                i < _INSERTION_PAIRS and (isinstance(old, str) or isinstance(new, str))):
             return ToolInfo("write", file_path=file_path, edit_old=_str_or_none(old), edit_new=_str_or_none(new))
     if args.get("append") is True:
         return ToolInfo("write", file_path=file_path)
@@ -190,7 +197,7 @@ def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
 
 def _carries_content(args: Mapping[str, Any]) -> bool:
     return any(isinstance(args.get(k), str) for k in CONTENT_KEYS) or any(
-        isinstance(args.get(old), str) or isinstance(args.get(new), str) for old, new in EDIT_KEYS)
+        isinstance(args.get(old), str) and isinstance(args.get(new), str) for old, new in EDIT_KEYS)
 
 
 def _first_str(args: Mapping[str, Any], keys: Iterable[str], allow_empty: bool = False) -> str | None:

@@ -272,7 +272,15 @@ def test_summary() -> None:
 
 
 def test_config_defaults() -> None:
-    cfg = build_config({}, env={}).detector("trajectory")
+    """The seed profile keeps the source design's numbers; the default profile weighs no-progress more."""
+    default = build_config({}, env={}).detector("trajectory")
+    assert (default.progress_aware, default.min_repeats, default.weights.phantom_progress) == (True, 4, 1.0)
+    tuned = build_config({"detectors": {"trajectory": {"weights": {"stutter": 3.0}}}}, env={}).detector("trajectory")
+    assert (tuned.weights.stutter, tuned.weights.phantom_progress) == (3.0, 1.0)
+    seed_tuned = build_config({"detectors": {"profile": "seed", "trajectory": {"weights": {"stutter": 3.0}}}},
+                              env={}).detector("trajectory")
+    assert (seed_tuned.weights.stutter, seed_tuned.weights.phantom_progress) == (3.0, 0.5)
+    cfg = build_config({"detectors": {"profile": "seed"}}, env={}).detector("trajectory")
     assert (cfg.nudge_threshold, cfg.stop_threshold, cfg.decay) == (2.0, 3.0, 0.5)
     assert (cfg.max_score, cfg.history) == (5.0, 10)
     assert (cfg.similarity, cfg.similarity_threshold) == ("lexical", 0.85)
