@@ -5,10 +5,10 @@ The ReAct graph is ``agent → tools → otelloop_guard → agent``; the guard a
 the graph runs in (otelloop's default ``group_by: trace``, the guard's default session key). Spans are
 exported as they end, so otelloop has seen a round's tool call when the guard asks.
 
-The scripted model varies its wording each turn, so that the only loop to find is the repeated call
-itself: the search finds nothing for the looping query, and ``trajectory`` nudges at the 3rd identical
-``search_web`` call (score 2.0) and stops at the 4th (5.0). Other queries find something new each time,
-which is progress.
+The scripted model varies its wording each turn and the search tool numbers its answers, as real ones
+do, so that the only loop to find is the repeated call itself: under the seed profile ``trajectory``
+nudges at the 3rd identical ``search_web`` call (score 2.0) and stops at the 4th (5.0). The looping query
+finds nothing; other queries find something new each time, which the default profile counts as progress.
 
 The guard's own spans opt out of step mapping (``otelloop.step.kind: ignore`` in its node metadata), so its
 constant ``{"goto": "agent"}`` answer is never mistaken for a stalled agent turn.
@@ -137,17 +137,24 @@ def bg() -> Iterator[BackgroundLoop]:
 
 @pytest.fixture
 def guarded(instrumented: SwitchTracerProvider,  # noqa: F811
-            bg: BackgroundLoop, tmp_path: Path) -> Iterator[Any]:
-    """``guarded(agent, service)``: runs the guarded graph against a fresh otelloop; returns an Outcome."""
+            bg: BackgroundLoop, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``guarded(agent, service)``: runs the guarded graph against a fresh otelloop; returns an Outcome.
+
+    otelloop runs under the seed profile (nudge at the 3rd identical call, stop at the 4th) unless the
+    test is parametrised indirectly with another profile."""
     sink = bg.run(GrpcSink().start())
-    served = Served(tmp_path, {"exporter": {"endpoint": f"grpc://127.0.0.1:{sink.port}"}})
+    profile = getattr(request, "param", "seed")
+    served = Served(tmp_path, {"exporter": {"endpoint": f"grpc://127.0.0.1:{sink.port}"},
+                               "detectors": {"profile": profile}})
 
     def run(agent: Agent, service: str) -> Outcome:
+        numbers = iter(range(1, 100))
+
         @tool
         def search_web(query: str) -> str:
             """Search the web."""
             if query == QUERY:
-                return f"No results for {query!r}."
+                return f"No results for {query!r} (search #{next(numbers)})."
             return f"Top result for {query!r}: Paris, {len(query) % 7 + 18} °C, sunny, light wind."
 
         builder = react_builder(ScriptedChatModel(policy=agent), [search_web])
@@ -233,3 +240,17 @@ def test_agent_that_never_loops_is_never_stopped(guarded: Any) -> None:
     assert out.messages[-1].content == ANSWER
     assert out.tool_results() == len(VARIED)
     assert out.verdict["verdict"] == "continue"
+
+
+@pytest.mark.parametrize("guarded", ["default"], indirect=True)
+def test_default_profile_stops_the_looping_agent_at_its_fourth_empty_search(guarded: Any) -> None:
+    """The default profile sees four identical searches that found nothing and, with no progress in
+    between, stops the agent there: the guard routes to END before a fifth call."""
+    agent = Agent(looping)
+    out = guarded(agent, "guarded-looping-agent-default")
+    assert agent.turn == 4
+    assert out.tool_results() == 4
+    assert out.verdict["verdict"] == "stop"
+    [event] = [a for s in out.searches() for name, a in events_of(s) if name == "otelloop.intervention"]
+    assert event["otelloop.action"] == "stop" and "stutter" in event["otelloop.loop_types"]
+    assert event["otelloop.steps_without_progress"] == 4
