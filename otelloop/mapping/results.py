@@ -49,8 +49,10 @@ _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
 
 _BLANK_TEXT = re.compile(
     r"\b(?:no|0|zero)\s+(?:\w+\s+)?(?:results?|matches|match|hits?|documents?|docs|entries|items|records|"
-    r"rows|files?|pages?|articles?|sources?)\b"
-    r"|\bnothing\s+(?:was\s+)?(?:found|matched|returned)\b|\bnot\s+found\b|\bfound\s+nothing\b"
+    r"rows|files?|pages?|articles?|sources?|information|info|data)\b"
+    r"|\bnothing\s+(?:\w+\s+)?(?:found|matched|matching|returned|relevant|useful)\b|\bnot\s+found\b"
+    r"|\bfound\s+nothing\b|\b(?:could\s*n[o']t|can\s*n[o']t|cannot|unable\s+to|did\s*n[o']t|does\s*n[o']t)\s+find\b"
+    r"|\b(?:does\s*n[o']t|did\s*n[o']t)\s+exist\b|\bno\s+such\b|\breturned\s+(?:no|nothing|0)\b|\bempty\s+result"
     r"|^\W*(?:none|null|nil|n/?a|empty|no data|\[\]|\{\})\W*$",
     re.IGNORECASE)
 
