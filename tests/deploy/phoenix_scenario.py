@@ -239,7 +239,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for project, upstream in upstreams.items():
             d = workdir / project
             d.mkdir()
-            o = Served(d, {"exporter": {"timeout": "5s"}}, args=["--upstream", upstream])
+            # the seed profile: the expected events follow the source designs' positions (3rd call, 4th …)
+            o = Served(d, {"exporter": {"timeout": "5s"}, "detectors": {"profile": "seed"}},
+                       args=["--upstream", upstream])
             served.append(o)
             requests, roles = scenario()
             with grpc.insecure_channel(o.grpc) as channel:
