@@ -1,0 +1,105 @@
+"""The progress tracker: whether a step brought something new, and how results repeat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otelloop import progress
+from otelloop.mapping.canonical import hash_text
+from otelloop.mapping.results import ACK, BLANK, FAILED
+from otelloop.model import Step
+from otelloop.progress import MAX_RESULTS, ProgressState
+from tests.helpers import make_step
+
+
+def tool(name: str, args: int, output: int | None, **kw: Any) -> Step:
+    """A tool step; hashes are 64-bit like the mapping's (small numbers stand for them here)."""
+    return make_step(name, args_hash=args, output_hash=None if output is None else hash_text(str(output)), **kw)
+
+
+def judged(*steps: Step) -> list[tuple[bool | None, int, int, int]]:
+    """(novel, repeats, tool_repeats, stale) of each step, fed in order to one session."""
+    state = ProgressState()
+    out = []
+    for step in steps:
+        progress.observe(state, step)
+        out.append((step.novel, step.repeats, step.tool_repeats, step.stale))
+    return out
+
+
+def test_a_new_result_is_progress_and_a_repeated_one_is_not() -> None:
+    assert judged(tool("poll", 1, 10), tool("poll", 1, 11), tool("poll", 1, 11), tool("poll", 1, 11),
+                  tool("poll", 1, 12)) == [
+        (True, 1, 0, 0), (True, 1, 0, 0), (False, 2, 0, 1), (False, 3, 0, 2), (True, 1, 0, 0)]
+
+
+def test_results_are_compared_whichever_tool_returned_them() -> None:
+    assert [n for n, *_ in judged(tool("a", 1, 10), tool("b", 2, 10))] == [True, False]
+
+
+def test_a_call_repeats_its_result_even_when_other_calls_come_between() -> None:
+    """Parallel or alternating calls: each call's own run of identical results counts."""
+    steps = [tool("status", 1, 10), tool("log", 2, 20)] * 3
+    assert [(r, s) for _, r, _, s in judged(*steps)] == [(1, 0), (1, 0), (2, 1), (2, 2), (3, 3), (3, 4)]
+
+
+def test_results_that_say_nothing_are_never_progress_and_repeat_for_the_tool() -> None:
+    """Searches worded differently that all find nothing: one tool, the same (blank) result again."""
+    steps = [tool("search", i, 100 + i, result_flags=BLANK) for i in range(4)]
+    assert judged(*steps) == [(False, 1, 1, 1), (False, 1, 2, 2), (False, 1, 3, 3), (False, 1, 4, 4)]
+
+
+def test_a_failing_tool_repeats_its_failure_whatever_its_arguments() -> None:
+    steps = [tool("run", i, 7, result_flags=FAILED) for i in range(3)]
+    assert [t for _, _, t, _ in judged(*steps)] == [1, 2, 3]
+
+
+def test_acknowledged_actions_are_told_apart_by_what_they_were_asked() -> None:
+    """A batch of different calls all answered "Saved" is work; the same call again is not."""
+    steps = [tool("save_note", i, 5, result_flags=ACK) for i in range(3)] + [tool("save_note", 2, 5,
+                                                                                 result_flags=ACK)]
+    assert [n for n, *_ in judged(*steps)] == [True, True, True, False]
+
+
+def test_writes_are_judged_by_the_file_version_they_produce() -> None:
+    def write(content: int) -> Step:
+        return tool("write_file", content, 1, tool_class="write", file_path="a.py", content_hash=content)
+
+    assert [n for n, *_ in judged(write(1), write(2), write(1), write(3))] == [True, True, False, True]
+
+
+def test_an_edit_and_the_edit_that_undoes_it_are_the_same_change() -> None:
+    def edit(old: int, new: int) -> Step:
+        return tool("edit", old * 10 + new, 1, tool_class="write", file_path="a.py", edit_old_hash=old,
+                    edit_new_hash=new)
+
+    assert [n for n, *_ in judged(edit(1, 2), edit(2, 1), edit(1, 2), edit(2, 3))] == [True, False, False, True]
+
+
+def test_errors_are_results_too() -> None:
+    def err(h: int) -> Step:
+        return tool("fetch", 1, None, outcome="error", error_hash=h)
+
+    assert [n for n, *_ in judged(err(1), err(1), err(2))] == [True, False, True]
+
+
+def test_steps_without_a_result_cannot_be_judged() -> None:
+    [(novel, *_)] = judged(tool("search", 1, None))
+    assert novel is None
+    llm = make_step("chat", kind="llm", output_hash=3)
+    assert judged(llm) == [(None, 0, 0, 0)]
+
+
+def test_result_keys_are_stable_hashes() -> None:
+    """Replicas and replays must agree on the keys findings quote."""
+    a = tool("write_file", 1, 1, tool_class="write", file_path="a.py", content_hash=9)
+    # the same in every process: no per-process string hashing (PYTHONHASHSEED) goes into it
+    assert progress.result_key(a) == hash_text("file\x1fa.py\x1f9")
+
+
+def test_state_stays_bounded() -> None:
+    state = ProgressState()
+    for i in range(10 * MAX_RESULTS):
+        progress.observe(state, tool(f"t{i % 50}", i, i))
+    assert state.seen is not None and len(state.seen) == MAX_RESULTS
+    assert state.calls is not None and len(state.calls) <= 2 * progress.MAX_CALLS
