@@ -20,9 +20,11 @@ from typing import Any
 from aiohttp import web
 
 from otelloop.admin import AdminAPI
+from otelloop.events import EventHub
 from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
+from otelloop.redact import redact
 from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
@@ -37,7 +39,7 @@ SWEEP_INTERVAL = 1.0
 
 def print_finding(step: Step, finding: Finding) -> None:
     """Detect-only mode: one human-readable line per finding on stderr."""
-    detail = finding.message or finding.event
+    detail = redact(finding.message) or finding.event
     sys.stderr.write(f"otelloop: [{finding.severity}] {finding.finding} session={step.session} "
                      f"agent={step.agent or '-'} span={step.span_id}: {detail}\n")
     sys.stderr.flush()
@@ -63,10 +65,17 @@ def receiver_tokens(cfg: Config) -> list[str]:
 
 
 def admin_token(cfg: Config) -> str | None:
-    """The admin write token: the environment variable, else the file, else the inline value."""
+    """The admin token: the environment variable, else the file, else the inline value."""
     admin = cfg.admin
     found = _read_secret_env(admin.token_env) or _read_secret_file(admin.token_file)
     return found[0] if found else admin.token
+
+
+def agent_token(cfg: Config) -> str | None:
+    """The agents' verdict token: the environment variable, else the file, else the inline value."""
+    admin = cfg.admin
+    found = _read_secret_env(admin.agent_token_env) or _read_secret_file(admin.agent_token_file)
+    return found[0] if found else admin.agent_token
 
 
 class Service:
@@ -95,6 +104,7 @@ class Service:
         self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.grpc: GrpcReceiver | None = None
+        self.events: EventHub | None = None
 
     # -- start -------------------------------------------------------------------------------------
 
@@ -118,7 +128,11 @@ class Service:
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
         http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
         self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
-        admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only)
+        self.events = EventHub(self.pipeline, self.metrics, cfg.admin.max_event_clients,
+                               cfg.admin.event_buffer_kib * 1024)
+        admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only,
+                         agent_token=agent_token(cfg),
+                         allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
                                                     client_certs=cfg.admin.require_client_cert)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -189,6 +203,8 @@ class Service:
         grace = self.config.exporter.shutdown_grace
         if self.grpc is not None:
             await self.grpc.stop(min(grace, 5.0))
+        if self.events is not None:
+            self.events.close()  # event streams end now instead of holding the admin listener open
         for runner in self._runners:
             await runner.cleanup()
         for task in self._tasks:

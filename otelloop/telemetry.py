@@ -88,6 +88,14 @@ class Metrics:
                                       ["field"], registry=r)
         self.config_reloads = Counter("otelloop_config_reloads", "Configuration reloads, by outcome.",
                                       ["outcome"], registry=r)
+        self.event_stream_clients = Gauge("otelloop_event_stream_clients",
+                                          "Clients connected to the event stream (/v1/events).", registry=r)
+        self.event_stream_clients_dropped = Counter(
+            "otelloop_event_stream_clients_dropped", "Event stream clients disconnected for reading too slowly.",
+            registry=r)
+        self.event_stream_events_lost = Counter(
+            "otelloop_event_stream_events_lost", "Events the event stream could not carry (clients were told "
+            "to reload).", registry=r)
         self.build_info = Gauge("otelloop_build_info", "otelloop build information.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for reason in ("capacity", "idle"):
