@@ -26,7 +26,6 @@ Writes refuse cross-site browser requests. Every response carries a strict Conte
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import ipaddress
 import json
@@ -42,7 +41,7 @@ from otelloop.events import HEARTBEAT, EventHub
 from otelloop.model import VERDICT_RANK
 from otelloop.pipeline import Pipeline
 from otelloop.redact import redact
-from otelloop.state import ALERT_SEVERITIES, RememberedFinding, Session, recent_steps
+from otelloop.state import ALERT_SEVERITIES, NAME_CHARS, RememberedFinding, Session, recent_steps
 
 #: What an agent is told when it may not see the session-specific message (no agent content).
 GENERIC_MESSAGES = {
@@ -104,6 +103,7 @@ class AdminAPI:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/", self._index)
         app.router.add_get("/console/{name}", self._asset)
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_get("/v1/sessions", self._sessions)
         app.router.add_get("/v1/sessions/{id}", self._session)
         app.router.add_get("/v1/sessions/{id}/verdict", self._verdict)
@@ -188,6 +188,9 @@ class AdminAPI:
 
     async def _index(self, request: web.Request) -> web.Response:
         return self._serve_asset(request, "index.html")
+
+    async def _favicon(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)  # no icon; answered so browsers do not log a 404
 
     async def _asset(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -320,9 +323,9 @@ class AdminAPI:
                 if chunk is None:
                     break
                 await response.write(chunk)
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:  # the client went away while we wrote
             pass
-        finally:
+        finally:  # also on cancellation: the listener cancels handlers whose client disconnected
             self.events.unsubscribe(client)
         return response
 
@@ -338,7 +341,8 @@ class AdminAPI:
     def _brief(self, s: Session, views: dict[str, Any], evidence: bool = False) -> dict[str, Any]:
         alert = self.pipeline.store.alerts.get(s.id)
         return {
-            "session_id": s.id, "agent": s.agent, "service": s.service, "verdict": s.verdict, "reason": s.reason,
+            "session_id": s.id, "agent": redact(s.agent, NAME_CHARS), "service": redact(s.service, NAME_CHARS),
+            "verdict": s.verdict, "reason": s.reason,
             "loop_score": s.loop_score, "entropy_score": s.entropy_score,
             "entropy_severity": _entropy_severity(s, views["entropy"]),
             "loop": _loop_badge(s, views["stall"], views["budget"]),

@@ -11,8 +11,9 @@ rules keep it from ever costing the span path anything that matters:
   with a ``repeats`` count, each event is redacted and serialised once, and one chunk is handed to every
   client. If more happened between two flushes than the deque holds, the oldest are lost and clients get
   a ``lagged`` event telling them to reload.
-- **Never wait for a client.** Each client has a buffer bounded in bytes; a client that falls behind by
-  more than that is disconnected (it reconnects and reloads), counted and logged.
+- **Never wait for a client.** Each client has a buffer bounded in bytes (``admin.event_buffer_kib``, plus
+  the one flush it is being handed); a client that falls behind by more than that is disconnected (it
+  reconnects and reloads), counted and logged.
 
 Wire format (``text/event-stream``): ``event: finding|verdict|lagged`` and one ``data:`` line of JSON
 per event; a comment line every :data:`HEARTBEAT` seconds keeps idle connections open through proxies.
@@ -30,7 +31,7 @@ from typing import Any
 
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
-from otelloop.state import EVIDENCE_ITEMS, FINDING_MESSAGE_CHARS, Session, evidence
+from otelloop.state import EVIDENCE_ITEMS, FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence
 from otelloop.redact import redact
 from otelloop.telemetry import Metrics
 
@@ -96,7 +97,7 @@ class EventHub:
         self._pending: deque[tuple[Any, ...]] = deque(maxlen=PENDING_EVENTS)
         self._flusher: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._last_log = -LOG_INTERVAL
+        self._last_log: dict[str, float] = {}
         self.closed = False
 
     # -- subscription ------------------------------------------------------------------------------
@@ -189,17 +190,18 @@ class EventHub:
         if overflowed or lost:
             self.metrics.event_stream_events_lost.inc(lost or 1)
             frames.append(_sse("lagged", {"type": "lagged", "time_unix_ms": int(time.time() * 1000)}))
-            self._log("event stream: more findings than it carries; clients were told to reload")
+            self._log("lost", "event stream: more findings than it carries; clients were told to reload")
         chunk = b"".join(f for f in frames if f)
         if chunk:
             self.publish(chunk)
 
     def publish(self, chunk: bytes) -> None:
-        """Queue ``chunk`` for every client; drop a client whose buffer would exceed its bound."""
+        """Queue ``chunk`` for every client; drop a client whose buffer would exceed its bound (a client
+        with nothing pending always takes the chunk, so one client holds at most the bound plus one flush)."""
         for client in list(self.clients):
             if client.dropped:
                 continue
-            if client.buffered + len(chunk) > self.buffer_bytes:
+            if client.buffered and client.buffered + len(chunk) > self.buffer_bytes:
                 self._drop(client)
                 continue
             client.buffer.append(chunk)
@@ -212,7 +214,7 @@ class EventHub:
         client.buffered = 0
         client.wake.set()
         self.metrics.event_stream_clients_dropped.inc()
-        self._log(f"event stream: disconnected a client that fell more than {self.buffer_bytes // 1024} KiB "
+        self._log("slow", f"event stream: disconnected a client that fell more than {self.buffer_bytes // 1024} KiB "
                   "behind (admin.event_buffer_kib)")
         try:
             client.abort()
@@ -223,7 +225,8 @@ class EventHub:
         session = self.pipeline.store.get(last[1])
         common: dict[str, Any] = {"session_id": last[1], "time_unix_ms": int(last[4] * 1000)}
         if session is not None:
-            common.update(agent=session.agent, service=session.service, verdict=session.verdict)
+            common.update(agent=redact(session.agent, NAME_CHARS), service=redact(session.service, NAME_CHARS),
+                          verdict=session.verdict)
         if last[0] == "finding":
             finding: Finding = last[2]
             body = {"type": "finding", **common, "detector": finding.detector, "event": finding.event,
@@ -235,10 +238,10 @@ class EventHub:
                 "reason": session.reason if session is not None else ""}
         return _sse("verdict", body)
 
-    def _log(self, text: str) -> None:
+    def _log(self, kind: str, text: str) -> None:
         now = time.monotonic()
-        if now - self._last_log >= LOG_INTERVAL:
-            self._last_log = now
+        if now - self._last_log.get(kind, -LOG_INTERVAL) >= LOG_INTERVAL:
+            self._last_log[kind] = now
             log.warning(text)
 
 

@@ -25,6 +25,7 @@ from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
 from otelloop.redact import redact
+from otelloop.state import NAME_CHARS
 from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
@@ -41,7 +42,7 @@ def print_finding(step: Step, finding: Finding) -> None:
     """Detect-only mode: one human-readable line per finding on stderr."""
     detail = redact(finding.message) or finding.event
     sys.stderr.write(f"otelloop: [{finding.severity}] {finding.finding} session={step.session} "
-                     f"agent={step.agent or '-'} span={step.span_id}: {detail}\n")
+                     f"agent={redact(step.agent, NAME_CHARS) or '-'} span={step.span_id}: {detail}\n")
     sys.stderr.flush()
 
 
@@ -134,7 +135,8 @@ class Service:
                          agent_token=agent_token(cfg),
                          allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
-                                                    client_certs=cfg.admin.require_client_cert)
+                                                    client_certs=cfg.admin.require_client_cert,
+                                                    cancel_on_disconnect=True)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._ready = True
         log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
@@ -145,9 +147,13 @@ class Service:
             tmp.write_text(json.dumps(self.addresses))
             tmp.replace(self.ready_file)
 
-    async def _serve(self, app: web.Application, endpoint: str, client_certs: bool) -> str:
+    async def _serve(self, app: web.Application, endpoint: str, client_certs: bool,
+                     cancel_on_disconnect: bool = False) -> str:
+        """Serve ``app``; ``cancel_on_disconnect`` ends a handler when its client goes away (event streams
+        then free their slot at once instead of at their next write)."""
         host, port = split_host_port(endpoint)
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
+                               handler_cancellation=cancel_on_disconnect)
         await runner.setup()
         ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)

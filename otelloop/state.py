@@ -36,6 +36,8 @@ VERDICT_HISTORY = 8
 FINDING_MESSAGE_CHARS = 600
 VERDICT_MESSAGE_CHARS = 600
 REASON_CHARS = 200
+#: Longest agent or service name shown (redacted on the way out).
+NAME_CHARS = 200
 #: Evidence kept per remembered finding: at most this many attributes, each value cut to this length.
 EVIDENCE_ITEMS = 10
 EVIDENCE_CHARS = 160
@@ -201,13 +203,14 @@ def push_recent(session: Session, steps: list[Step]) -> None:
 
 
 def recent_steps(session: Session) -> list[dict[str, Any]]:
-    """The session's recent steps, oldest first, as the sessions API shows them."""
+    """The session's recent steps, oldest first, as the sessions API shows them (names redacted)."""
     ring = session.recent
     if ring is None:
         return []
     out = []
     for name, (value,) in zip(ring[:-1], _PACKED.iter_unpack(ring[-1])):
-        out.append({"kind": _KINDS[(value >> 2) & 3], "name": name, "outcome": _OUTCOMES[value & 3],
+        out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(name, RECENT_NAME_CHARS),
+                    "outcome": _OUTCOMES[value & 3],
                     "time_unix_ms": value >> 4})
     return out
 
