@@ -29,6 +29,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -52,6 +54,9 @@ GENERIC_MESSAGES = {
             "report what you have done and what is blocking you.",
     "paused": "An operator paused this session to inspect it. Do not start another step until it is resumed.",
 }
+#: Largest ``max_age`` a list request may give, in seconds, and how many distinct list answers are kept.
+MAX_AGE = 5.0
+CACHE_ENTRIES = 64
 #: Largest page of sessions one request may ask for.
 MAX_LIMIT = 10_000
 MAX_QUERY_CHARS = 200
@@ -94,6 +99,8 @@ class AdminAPI:
         self.read_localhost_only = read_localhost_only
         self.allow_remote = allow_remote_without_token
         self.events = events or EventHub(pipeline, pipeline.metrics)
+        self._cache: OrderedDict[str, tuple[int, float, bytes]] = OrderedDict()
+        self._writes = 0
         self.assets = {name: (resources.files("otelloop").joinpath("console", name).read_bytes(), kind)
                        for name, kind in _ASSETS.items()}
         app = self.app = web.Application()
@@ -236,12 +243,36 @@ class AdminAPI:
         limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
         offset = _int_param(request, "offset", 0, 0, 10_000_000)
         query = request.query.get("q", "")[:MAX_QUERY_CHARS]
-        store = self.pipeline.store
-        page, total = store.ranked(wanted, query, offset, limit)
-        views = self._views()
-        return web.json_response({"sessions": [self._brief(s, views) for s in page], "total": total,
-                                  "offset": offset, "limit": limit, "counts": store.verdict_counts()},
-                                 headers=_NO_STORE, dumps=_dumps)
+        with_findings = _bool_param(request, "findings", True)
+
+        def render() -> dict[str, Any]:
+            store = self.pipeline.store
+            page, total = store.ranked(wanted, query, offset, limit)
+            views = self._views()
+            return {"sessions": [self._brief(s, views, findings=with_findings) for s in page], "total": total,
+                    "offset": offset, "limit": limit, "counts": store.verdict_counts()}
+
+        return self._cached(request, render)
+
+    def _cached(self, request: web.Request, render: Callable[[], dict[str, Any]]) -> web.Response:
+        """The JSON of ``render()``, shared between requests that accept an answer up to ``max_age``
+        seconds old (the console sends 1) and computed after the last events the stream delivered, so
+        that any number of open pages costs one computation per flush of the stream."""
+        max_age = _float_param(request, "max_age", 0.0, 0.0, MAX_AGE)
+        key = request.rel_url.path_qs
+        generation = self.events.generation + self._writes
+        now = time.monotonic()
+        if max_age > 0:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == generation and now - hit[1] <= max_age:
+                return web.Response(body=hit[2], content_type="application/json", headers=_NO_STORE)
+        body = _dumps(render()).encode()
+        if max_age > 0:
+            self._cache[key] = (generation, now, body)
+            self._cache.move_to_end(key)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return web.Response(body=body, content_type="application/json", headers=_NO_STORE)
 
     async def _session(self, request: web.Request) -> web.Response:
         self.check_session_access(request)
@@ -260,15 +291,19 @@ class AdminAPI:
         """Sessions with a ``warn``, ``loop`` or ``stop`` finding, each once, newest alert first."""
         self.check_session_access(request)
         limit = _int_param(request, "limit", 50, 1, 1000)
-        views = self._views()
-        out = []
-        for session, (count, when, trace_id) in self.pipeline.store.latest_alerts(limit):
-            latest = next((f for f in reversed(session.findings) if f[2] in ALERT_SEVERITIES), None)
-            brief = self._brief(session, views)
-            brief.update(alerts=count, alert_time_unix_ms=when, trace_id=trace_id or brief["trace_id"],
-                         finding=_finding(latest, evidence=True) if latest else None)
-            out.append(brief)
-        return web.json_response({"alerts": out}, headers=_NO_STORE, dumps=_dumps)
+
+        def render() -> dict[str, Any]:
+            views = self._views()
+            out = []
+            for session, (count, when, trace_id) in self.pipeline.store.latest_alerts(limit):
+                latest = next((f for f in reversed(session.findings) if f[2] in ALERT_SEVERITIES), None)
+                brief = self._brief(session, views, findings=False)
+                brief.update(alerts=count, alert_time_unix_ms=when, trace_id=trace_id or brief["trace_id"],
+                             finding=_finding(latest) if latest else None)
+                out.append(brief)
+            return {"alerts": out}
+
+        return self._cached(request, render)
 
     async def _verdict(self, request: web.Request) -> web.Response:
         if self.read_localhost_only and not _is_loopback(request):
@@ -300,6 +335,7 @@ class AdminAPI:
         return web.json_response({"verdict": session.verdict}, headers=_NO_STORE)
 
     def _changed(self, session: Session, before: str) -> None:
+        self._writes += 1  # cached lists are stale from now
         if session.verdict != before:
             self.pipeline.store.verdict_changed(session, before)
 
@@ -338,9 +374,10 @@ class AdminAPI:
                 "entropy": detectors.get("entropy"), "budget": self._cycle_budget(),
                 "by_trace": self.pipeline.config.state.group_by == "trace"}
 
-    def _brief(self, s: Session, views: dict[str, Any], evidence: bool = False) -> dict[str, Any]:
+    def _brief(self, s: Session, views: dict[str, Any], evidence: bool = False,
+               findings: bool = True) -> dict[str, Any]:
         alert = self.pipeline.store.alerts.get(s.id)
-        return {
+        brief = {
             "session_id": s.id, "agent": redact(s.agent, NAME_CHARS), "service": redact(s.service, NAME_CHARS),
             "verdict": s.verdict, "reason": s.reason,
             "loop_score": s.loop_score, "entropy_score": s.entropy_score,
@@ -351,8 +388,10 @@ class AdminAPI:
             "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
             "trace_id": s.id if views["by_trace"] else (alert[2] if alert else ""),
             "alerts": alert[0] if alert else 0,
-            "findings": [_finding(f, evidence) for f in s.findings],
         }
+        if findings:
+            brief["findings"] = [_finding(f, evidence) for f in s.findings]
+        return brief
 
 
 def _finding(f: RememberedFinding, evidence: bool = False) -> dict[str, Any]:
@@ -417,6 +456,27 @@ def _int_param(request: web.Request, name: str, default: int, low: int, high: in
         return max(low, min(int(request.query.get(name, str(default))), high))
     except ValueError:
         raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+
+
+def _float_param(request: web.Request, name: str, default: float, low: float, high: float) -> float:
+    try:
+        value = float(request.query.get(name, str(default)))
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be a number") from None
+    if value != value:  # NaN
+        raise web.HTTPBadRequest(text=f"{name} must be a number")
+    return max(low, min(value, high))
+
+
+def _bool_param(request: web.Request, name: str, default: bool) -> bool:
+    value = request.query.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise web.HTTPBadRequest(text=f"{name} must be true or false")
 
 
 def _is_loopback(request: web.Request) -> bool:

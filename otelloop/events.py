@@ -98,6 +98,8 @@ class EventHub:
         self._flusher: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_log: dict[str, float] = {}
+        #: counts flushes that delivered something (cached list answers older than the last one are stale)
+        self.generation = 0
         self.closed = False
 
     # -- subscription ------------------------------------------------------------------------------
@@ -193,6 +195,7 @@ class EventHub:
             self._log("lost", "event stream: more findings than it carries; clients were told to reload")
         chunk = b"".join(f for f in frames if f)
         if chunk:
+            self.generation += 1
             self.publish(chunk)
 
     def publish(self, chunk: bytes) -> None:

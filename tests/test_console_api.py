@@ -348,3 +348,41 @@ def test_no_secret_from_spans_reaches_any_reader(serve: Any) -> None:
     for secret in SECRETS:
         assert secret not in joined, secret
     assert "***" in joined
+
+
+async def test_a_page_of_sessions_out_of_100k() -> None:
+    """With 100,000 live sessions the listing answers one bounded page, the flagged sessions first."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    pipeline = Pipeline(build_config({"state": {"max_sessions": 200_000}}, env={}))
+    store = pipeline.store
+    for n in range(100_000):
+        store.touch(f"s{n:06d}")
+    for n in (17, 50_000, 99_998):
+        session = store.get(f"s{n:06d}")
+        assert session is not None
+        session.apply_votes({"trajectory": ("nudge" if n != 50_000 else "stop", "r", "m")})
+        store.verdict_changed(session, "continue")
+    api = AdminAPI(pipeline, lambda: (True, ""))
+    async with TestClient(TestServer(api.app)) as client:
+        r = await client.get("/v1/sessions?limit=100")
+        body = await r.json()
+    assert r.status == 200 and len(body["sessions"]) == 100 and body["total"] == 100_000
+    assert [s["session_id"] for s in body["sessions"][:4]] == ["s050000", "s099998", "s000017", "s099999"]
+    assert body["counts"] == {"continue": 99_997, "nudge": 2, "stop": 1, "paused": 0}
+
+
+def test_open_pages_share_one_computation_of_the_lists(serve: Any) -> None:
+    """``max_age`` answers repeat a list until the stream delivers something or a session is paused."""
+    o = serve()
+    first = looping_agent(o.grpc)
+    shared = "/v1/sessions?limit=100&findings=false&max_age=5"
+    before = body_of(o, shared, None)
+    assert "findings" not in before["sessions"][0]
+    second = healthy_agent(o.grpc)
+    assert body_of(o, shared, None) == before  # no stream client: nothing delivered, the answer is shared
+    assert second in {s["session_id"] for s in body_of(o, "/v1/sessions", None)["sessions"]}  # no max_age: fresh
+    assert http_call("POST", f"http://{o.admin}/v1/sessions/{first}/pause", b"")[0] == 200
+    after = body_of(o, shared, None)
+    assert after != before and after["counts"]["paused"] == 1 and after["total"] == 2
+    assert http_call("GET", f"http://{o.admin}/v1/sessions?max_age=x")[0] == 400

@@ -126,10 +126,11 @@
     state.dirty = false;
     state.lastLoad = Date.now();
     try {
-      const params = new URLSearchParams({limit: String(PAGE)});
+      // max_age: open pages share one computation of each list per second (see docs/console.md)
+      const params = new URLSearchParams({limit: String(PAGE), findings: "false", max_age: "1"});
       if (state.verdict) params.set("verdict", state.verdict);
       if (state.query) params.set("q", state.query);
-      const [sessions, alerts] = await Promise.all([api("/v1/sessions?" + params), api("/v1/alerts?limit=50")]);
+      const [sessions, alerts] = await Promise.all([api("/v1/sessions?" + params), api("/v1/alerts?limit=50&max_age=1")]);
       renderCounts(sessions.counts);
       renderSessions(sessions);
       renderAlerts(alerts.alerts);
