@@ -43,7 +43,8 @@ from otelloop.events import HEARTBEAT, EventHub
 from otelloop.model import VERDICT_RANK
 from otelloop.pipeline import Pipeline
 from otelloop.redact import redact
-from otelloop.state import ALERT_SEVERITIES, NAME_CHARS, RememberedFinding, Session, recent_steps
+from otelloop.state import (ALERT_SEVERITIES, NAME_CHARS, RememberedFinding, Session, alert_summary,
+                            evidence_dict, recent_steps)
 
 #: What an agent is told when it may not see the session-specific message (no agent content).
 GENERIC_MESSAGES = {
@@ -295,10 +296,11 @@ class AdminAPI:
         def render() -> dict[str, Any]:
             views = self._views()
             out = []
-            for session, (count, when, trace_id) in self.pipeline.store.latest_alerts(limit):
+            for session, trace_id in self.pipeline.store.latest_alerts(limit):
                 latest = next((f for f in reversed(session.findings) if f[2] in ALERT_SEVERITIES), None)
                 brief = self._brief(session, views, findings=False)
-                brief.update(alerts=count, alert_time_unix_ms=when, trace_id=trace_id or brief["trace_id"],
+                brief.update(alert_time_unix_ms=alert_summary(session)[1],
+                             trace_id=trace_id or (session.id if views["by_trace"] else brief["trace_id"]),
                              finding=_finding(latest) if latest else None)
                 out.append(brief)
             return {"alerts": out}
@@ -376,7 +378,7 @@ class AdminAPI:
 
     def _brief(self, s: Session, views: dict[str, Any], evidence: bool = False,
                findings: bool = True) -> dict[str, Any]:
-        alert = self.pipeline.store.alerts.get(s.id)
+        alert_trace = self.pipeline.store.alerts.get(s.id)
         brief = {
             "session_id": s.id, "agent": redact(s.agent, NAME_CHARS), "service": redact(s.service, NAME_CHARS),
             "verdict": s.verdict, "reason": s.reason,
@@ -386,8 +388,8 @@ class AdminAPI:
             "intervention": _summary_field(s, views["trajectory"], "intervention"),
             "steps": s.steps, "cost_usd": round(s.cost_usd, 6), "input_tokens": s.input_tokens,
             "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
-            "trace_id": s.id if views["by_trace"] else (alert[2] if alert else ""),
-            "alerts": alert[0] if alert else 0,
+            "trace_id": s.id if views["by_trace"] else (alert_trace or ""),
+            "alerts": alert_summary(s)[0],
         }
         if findings:
             brief["findings"] = [_finding(f, evidence) for f in s.findings]
@@ -398,7 +400,7 @@ def _finding(f: RememberedFinding, evidence: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"detector": f[0], "event": f[1], "severity": f[2], "message": f[3],
                            "time_unix_ms": f[4], "count": f[5]}
     if evidence:
-        attrs = {k.removeprefix("otelloop."): v for k, v in f[6]}
+        attrs = evidence_dict(f[6])
         actions = attrs.pop("suggested_actions", None)
         out["evidence"] = attrs
         out["suggested_actions"] = [a for a in str(actions).split(", ") if a] if actions else []

@@ -31,7 +31,7 @@ from typing import Any
 
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
-from otelloop.state import EVIDENCE_ITEMS, FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence
+from otelloop.state import FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence, evidence_dict
 from otelloop.redact import redact
 from otelloop.telemetry import Metrics
 
@@ -234,7 +234,7 @@ class EventHub:
             finding: Finding = last[2]
             body = {"type": "finding", **common, "detector": finding.detector, "event": finding.event,
                     "severity": finding.severity, "message": redact(finding.message, FINDING_MESSAGE_CHARS),
-                    "evidence": dict(evidence(finding.attributes)[:EVIDENCE_ITEMS]), "repeats": repeats,
+                    "evidence": evidence_dict(evidence(finding.attributes)), "repeats": repeats,
                     "trace_id": last[3]}
             return _sse("finding", body)
         body = {"type": "verdict", **common, "previous": first[2], "verdict": last[3],

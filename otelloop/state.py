@@ -44,8 +44,9 @@ EVIDENCE_CHARS = 160
 #: How many recent steps a session remembers for the console, and the longest step name kept.
 RECENT_STEPS = 5
 RECENT_NAME_CHARS = 64
-#: Severities that put a session in the alerts index (``info`` does not).
+#: Severities that put a session in the alerts index (``info`` does not), and how many sessions it keeps.
 ALERT_SEVERITIES = frozenset({"warn", "loop", "stop"})
+ALERTS_KEPT = 1000
 _NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
@@ -154,13 +155,14 @@ class Session:
 
 
 #: One remembered finding: (detector, event, severity, message, time_unix_ms, count, evidence).
-RememberedFinding = tuple[str, str, str, str, int, int, tuple[tuple[str, AttrValue], ...]]
+RememberedFinding = tuple[str, str, str, str, int, int, tuple[Any, ...]]
 
 
-def evidence(attributes: dict[str, AttrValue]) -> tuple[tuple[str, AttrValue], ...]:
-    """A finding's event attributes as bounded, redacted (key, value) pairs: numbers and booleans as they
-    are, text redacted and cut, lists as one redacted comma-separated text."""
-    out: list[tuple[str, AttrValue]] = []
+def evidence(attributes: dict[str, AttrValue]) -> tuple[Any, ...]:
+    """A finding's event attributes as a flat, bounded, redacted ``(key, value, key, value, …)`` tuple
+    (flat: half the bytes of a tuple of pairs): numbers and booleans as they are, text redacted and cut,
+    lists as one redacted comma-separated text."""
+    out: list[Any] = []
     for key, value in islice(attributes.items(), EVIDENCE_ITEMS):
         if isinstance(value, str):
             value = redact(value, EVIDENCE_CHARS)
@@ -170,8 +172,23 @@ def evidence(attributes: dict[str, AttrValue]) -> tuple[tuple[str, AttrValue], .
             value = round(value, 4)
         elif not isinstance(value, (bool, int)):
             value = redact(str(value), EVIDENCE_CHARS)
-        out.append((key, value))
+        out += (key, value)
     return tuple(out)
+
+
+def evidence_dict(flat: tuple[Any, ...]) -> dict[str, Any]:
+    """:func:`evidence` as a mapping, keys without the ``otelloop.`` prefix."""
+    return {flat[i].removeprefix("otelloop."): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+
+
+def alert_summary(session: Session) -> tuple[int, int]:
+    """(alerting findings counted, time_unix_ms of the latest) over the findings the session remembers."""
+    count = latest = 0
+    for f in session.findings:
+        if f[2] in ALERT_SEVERITIES:
+            count += f[5]
+            latest = max(latest, f[4])
+    return count, latest
 
 
 _KINDS = ("tool", "llm", "system")
@@ -241,9 +258,9 @@ class SessionStore:
         self.evicted = {"capacity": 0, "idle": 0}
         #: sessions whose verdict is not ``continue``
         self.flagged: dict[str, Session] = {}
-        #: session id -> [alerting findings, time_unix_ms of the latest, trace id of the latest], in the
-        #: order of their latest alerting finding (newest last)
-        self.alerts: OrderedDict[str, list[Any]] = OrderedDict()
+        #: session id -> trace id of its latest alerting finding ("" when it is the session id), in the order
+        #: of those findings (newest last), for the last :data:`ALERTS_KEPT` sessions that alerted
+        self.alerts: OrderedDict[str, str] = OrderedDict()
         #: called with ``(session, previous verdict)`` after a verdict changed (the event stream listens)
         self.verdict_listeners: list[Callable[[Session, str], None]] = []
 
@@ -324,28 +341,25 @@ class SessionStore:
             listener(session, previous)
 
     def findings_seen(self, session: Session, trace_id: str, findings: Iterable[Finding]) -> None:
-        """Move ``session`` to the front of the alerts index when one of ``findings`` alerts."""
-        n = sum(1 for f in findings if f.severity in ALERT_SEVERITIES)
-        if not n:
+        """Move ``session`` to the front of the alerts index when one of ``findings`` alerts (O(1); the
+        index keeps the :data:`ALERTS_KEPT` sessions that alerted last)."""
+        if not any(f.severity in ALERT_SEVERITIES for f in findings):
             return
-        now = int(time.time() * 1000)
-        entry = self.alerts.get(session.id)
-        if entry is None:
-            self.alerts[session.id] = [n, now, trace_id]
-        else:
-            entry[0] += n
-            entry[1] = now
-            entry[2] = trace_id
-            self.alerts.move_to_end(session.id)
+        alerts = self.alerts
+        alerts[session.id] = "" if trace_id == session.id else trace_id
+        alerts.move_to_end(session.id)
+        if len(alerts) > ALERTS_KEPT:
+            alerts.popitem(last=False)
 
-    def latest_alerts(self, limit: int) -> list[tuple[Session, list[Any]]]:
-        """Up to ``limit`` sessions with alerting findings, newest first, with their alert entry."""
+    def latest_alerts(self, limit: int) -> list[tuple[Session, str]]:
+        """Up to ``limit`` sessions with alerting findings, newest first, with the trace id of the latest
+        alerting finding ("" when it is the session id)."""
         ids = list(islice(reversed(self.alerts), limit))
         out = []
         for sid in ids:
-            session, entry = self._sessions.get(sid), self.alerts.get(sid)
-            if session is not None and entry is not None:
-                out.append((session, entry))
+            session, trace_id = self._sessions.get(sid), self.alerts.get(sid)
+            if session is not None and trace_id is not None:
+                out.append((session, trace_id))
         return out
 
     def verdict_counts(self) -> dict[str, int]:

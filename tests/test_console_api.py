@@ -386,3 +386,21 @@ def test_open_pages_share_one_computation_of_the_lists(serve: Any) -> None:
     after = body_of(o, shared, None)
     assert after != before and after["counts"]["paused"] == 1 and after["total"] == 2
     assert http_call("GET", f"http://{o.admin}/v1/sessions?max_age=x")[0] == 400
+
+
+def test_the_alerts_index_keeps_the_latest_sessions_only() -> None:
+    from otelloop.model import Finding
+    from otelloop.state import ALERTS_KEPT
+
+    pipeline = Pipeline()
+    store = pipeline.store
+    warn = [Finding("divergence", "otelloop.divergence_suspected", "warn")]
+    info = [Finding("rate", "otelloop.cost_rate_exceeded", "info")]
+    for n in range(ALERTS_KEPT + 50):
+        session = store.touch(f"s{n}")
+        store.findings_seen(session, "ab" * 16, warn)
+    store.findings_seen(store.touch("quiet"), "cd" * 16, info)
+    assert len(store.alerts) == ALERTS_KEPT and "quiet" not in store.alerts
+    assert [s.id for s, _ in store.latest_alerts(3)] == [f"s{ALERTS_KEPT + 49}", f"s{ALERTS_KEPT + 48}",
+                                                         f"s{ALERTS_KEPT + 47}"]
+    assert store.latest_alerts(1)[0][1] == "ab" * 16

@@ -90,7 +90,7 @@ def test_stream_carries_findings_and_verdict_changes(serve: Any) -> None:
     assert {f["event"] for f in findings} >= {"otelloop.divergence_suspected", "otelloop.intervention",
                                              "otelloop.entropy_alert"}
     entropy = next(f for f in findings if f["event"] == "otelloop.entropy_alert")
-    assert entropy["repeats"] == 2 and entropy["evidence"]["otelloop.occurrence_count"] == 5  # coalesced
+    assert entropy["repeats"] == 2 and entropy["evidence"]["occurrence_count"] == 5  # coalesced
     assert entropy["agent"] == "agent-svc" and entropy["severity"] == "loop" and entropy["trace_id"] == sid(7)
     verdict = reader.of("verdict", sid(7))[-1]
     assert verdict["previous"] == "continue" and verdict["verdict"] == "stop"
