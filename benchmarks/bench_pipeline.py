@@ -6,6 +6,11 @@ ratio is what otelloop's decode, mapping, state, detectors and enrichment cost. 
 compare ratios from one run, not absolute numbers across runs.
 
     python benchmarks/bench_pipeline.py [--seconds 8] [--modes passthrough,mapping,all]
+        [--live-sessions 100000] [--event-clients 10]
+
+``--live-sessions N`` fills the server with N other sessions before the timed run (as a busy deployment
+holds); ``--event-clients N`` keeps N console-like clients (``sse_clients.py``: open event streams that
+reload the session lists while events arrive) connected during it, on CPU 1 with the load generator.
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ def start(cmd: list[str], **kw) -> tuple[subprocess.Popen, str]:  # type: ignore
     return p, line
 
 
-def start_otelloop(tmp: Path, upstream: str, detectors: str) -> tuple[subprocess.Popen, str]:
+def start_otelloop(tmp: Path, upstream: str, detectors: str,
+                   live_sessions: int = 0) -> tuple[subprocess.Popen, dict[str, str]]:
     import yaml
 
     config = {"exporter": {"endpoint": upstream, "compression": "none"},
-              "state": {"idle_timeout": "1h"}}
+              "state": {"idle_timeout": "1h", "max_sessions": max(100_000, live_sessions + 10_000)}}
     if detectors == "none":
         config["detectors"] = {d: {"enabled": False} for d in DETECTORS}
     cfg = tmp / f"otelloop-{detectors}.yaml"
@@ -67,17 +73,39 @@ def start_otelloop(tmp: Path, upstream: str, detectors: str) -> tuple[subprocess
         if time.monotonic() > deadline or p.poll() is not None:
             raise RuntimeError("otelloop did not start")
         time.sleep(0.05)
-    return p, json.loads(ready.read_text())["grpc"]
+    return p, json.loads(ready.read_text())
 
 
-def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency: int) -> dict:
+def prefill(target: str, sessions: int) -> None:
+    """Create ``sessions`` live sessions (4 steps each) that the timed workload never touches."""
+    import grpc
+
+    per = 2048
+    with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        call = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        for k in range(0, sessions, per):
+            n = min(per, sessions - k)
+            call(build_batch(4 * n, n, seed=10_000 + k, session_base=1_000_000_000 + k), timeout=120)
+
+
+def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency: int, live_sessions: int = 0,
+             event_clients: int = 0) -> dict:
     sink, sink_port = start(pinned(1, [sys.executable, str(HERE / "sink.py"), "0"]))
     upstream = f"127.0.0.1:{sink_port}"
+    watchers = None
     if mode == "passthrough":
         server, port = start(pinned(0, [sys.executable, str(HERE / "passthrough.py"), "0", upstream]))
         target = f"127.0.0.1:{port}"
     else:
-        server, target = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all")
+        server, addresses = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all",
+                                           live_sessions)
+        target = addresses["grpc"]
+        if live_sessions:
+            prefill(target, live_sessions)
+        if event_clients:
+            watchers, line = start(pinned(1, [sys.executable, str(HERE / "sse_clients.py"), addresses["admin"],
+                                              str(event_clients)]))
+            assert line == "ready", line
     try:
         cpu0 = cpu_seconds(server.pid)
         out = subprocess.run(pinned(1, [sys.executable, str(HERE / "bench_client.py"), target, str(seconds),
@@ -86,12 +114,18 @@ def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency
         cpu = cpu_seconds(server.pid) - cpu0
         result = json.loads(out.strip().splitlines()[-1])
     finally:
+        if watchers is not None:
+            watchers.send_signal(signal.SIGTERM)
+            result_line = watchers.communicate(timeout=30)[0].strip().splitlines()
+            watched = json.loads(result_line[-1]) if result_line else {}
         for p in (server, sink):
             p.send_signal(signal.SIGTERM)
             p.wait(30)
     result["mode"] = mode
     result["spans_per_s"] = result["spans"] / result["seconds"]
     result["server_cpu_us_per_span"] = 1e6 * cpu / max(result["spans"], 1)
+    if watchers is not None:
+        result["event_clients"] = watched
     return result
 
 
@@ -102,6 +136,8 @@ def main() -> None:
     ap.add_argument("--modes", default="passthrough,mapping,all")
     ap.add_argument("--sessions-per-batch", type=int, default=16)
     ap.add_argument("--distinct-batches", type=int, default=64)
+    ap.add_argument("--live-sessions", type=int, default=0, help="other live sessions held during the run")
+    ap.add_argument("--event-clients", type=int, default=0, help="console-like event stream clients")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -114,9 +150,11 @@ def main() -> None:
               f"{args.concurrency} in flight; server on CPU 0, client and sink on CPU 1", flush=True)
         results = {}
         for mode in args.modes.split(","):
-            r = results[mode] = run_mode(mode, tmp, batch_file, args.seconds, args.concurrency)
+            r = results[mode] = run_mode(mode, tmp, batch_file, args.seconds, args.concurrency,
+                                         args.live_sessions, args.event_clients)
+            watched = f"   event clients {r['event_clients']}" if "event_clients" in r else ""
             print(f"{mode:12} {r['spans_per_s']:>10,.0f} spans/s   server CPU {r['server_cpu_us_per_span']:6.2f} "
-                  f"µs/span   refused {r['refused']}", flush=True)
+                  f"µs/span   refused {r['refused']}{watched}", flush=True)
         base = results.get("passthrough")
         if base:
             for mode, r in results.items():

@@ -84,7 +84,8 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
         trace_id: the trace id (with the default ``group_by: trace``), int or hex. When neither is
             given, the current OpenTelemetry span's trace id is used.
         timeout: seconds allowed for connecting and for each read; keep it short, agents wait on it.
-        token: bearer token, when a proxy in front of otelloop requires one.
+        token: otelloop's agent token (``admin.agent_token``) when it has one, or the bearer token a proxy
+            in front of otelloop requires.
     """
     try:
         sid = _session(session_id, trace_id)

@@ -209,30 +209,78 @@ class ExporterConfig(_Section):
 
 
 class AdminConfig(_Section):
-    """The admin HTTP listener: ``/metrics``, ``/healthz``, ``/readyz`` and the ``/v1/sessions`` API.
+    """Admin HTTP listener: ``/metrics``, ``/healthz``, ``/readyz``, the sessions API, the event stream and
+    the console. See docs/console.md for who may read what.
 
     Attributes:
-        endpoint: ``host:port`` to listen on.
-        token: bearer token required by the write endpoints (pause/resume); null: they are open.
-        token_file: file holding that token (takes precedence over ``token``).
+        endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
+        token: the admin token. When set, every read of session data (``/v1/sessions``, one session,
+            ``/v1/alerts``, ``/v1/events``) and pause/resume need it as ``Authorization: Bearer``; the
+            console asks for it once per browser tab. Default: null.
+        token_file: file holding that token (takes precedence over ``token``). Default: null.
         token_env: name of an environment variable holding that token (takes precedence over both).
-        read_localhost_only: serve the sessions read API only to loopback clients.
-        require_client_cert: when ``receiver.tls`` has a client CA, demand client certificates on the
-            admin listener too (off so that kubelet probes and Prometheus can reach ``/healthz`` and
-            ``/metrics`` over plain TLS).
+            Default: null.
+        agent_token: token agents present to read ``/v1/sessions/{id}/verdict`` with its message. When
+            set, the verdict endpoint needs it (or the admin token); when not set, the verdict endpoint
+            answers every client but gives the session-specific message only to clients allowed to read
+            session data, and a fixed message without agent content to the others. Default: null.
+        agent_token_file: file holding the agent token (takes precedence over ``agent_token``). Default: null.
+        agent_token_env: environment variable holding the agent token (takes precedence over both).
+            Default: null.
+        allow_remote_without_token: with no admin token, serve session data and pause/resume to every
+            client that reaches the listener; when false they answer loopback clients only (``/healthz``,
+            ``/readyz`` and ``/metrics`` are always open). Default: false.
+        read_localhost_only: serve session data only to loopback clients, even with the admin token.
+            Default: false.
+        require_client_cert: when ``receiver.tls`` has a client CA, demand client certificates on the admin
+            listener too (off so that kubelet probes and Prometheus can reach ``/healthz`` and ``/metrics``
+            over plain TLS). Default: false.
+        max_event_clients: concurrent ``/v1/events`` streams (open console pages and other consumers);
+            one more is answered 503. Default: 32.
+        event_buffer_kib: events buffered for one stream client that reads too slowly; a client that
+            falls this far behind is disconnected (it reconnects and reloads). Default: 1024.
     """
 
     endpoint: str = "0.0.0.0:9464"
     token: str | None = None
     token_file: str | None = None
     token_env: str | None = None
+    agent_token: str | None = None
+    agent_token_file: str | None = None
+    agent_token_env: str | None = None
+    allow_remote_without_token: bool = False
     read_localhost_only: bool = False
     require_client_cert: bool = False
+    max_event_clients: int = Field(32, ge=1, le=10_000)
+    event_buffer_kib: int = Field(1024, ge=16)
 
     @field_validator("endpoint")
     @classmethod
     def _check_endpoint(cls, v: str) -> str:
         split_host_port(v)
+        return v
+
+
+class ConsoleConfig(_Section):
+    """The operator console: a web page on the admin listener (``/``) showing stuck sessions live.
+
+    Attributes:
+        enabled: serve the console page. The sessions API and the event stream do not depend on it.
+            Default: true.
+        trace_url: link from a session to its trace in your trace viewer: a URL with ``{trace_id}``
+            (32 hex digits) and/or ``{session_id}`` in it, e.g. ``http://jaeger:16686/trace/{trace_id}``
+            (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); null shows no link.
+            Default: null.
+    """
+
+    enabled: bool = True
+    trace_url: str | None = None
+
+    @field_validator("trace_url")
+    @classmethod
+    def _check_trace_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^\s]+$", v):
+            raise ValueError("must be an http:// or https:// URL")
         return v
 
 
@@ -380,6 +428,7 @@ class Config(_Section):
     receiver: ReceiverConfig = ReceiverConfig()
     exporter: ExporterConfig = ExporterConfig()
     admin: AdminConfig = AdminConfig()
+    console: ConsoleConfig = ConsoleConfig()
     state: StateConfig = StateConfig()
     pricing: dict[str, ModelPrice] = {}
     mapping: MappingConfig = MappingConfig()
@@ -562,6 +611,8 @@ def _cross_checks(cfg: Config) -> list[str]:
         errors.append("receiver.tls: cert_file and key_file must be set together")
     if tls.client_ca_file and not tls.enabled:
         errors.append("receiver.tls.client_ca_file: needs cert_file and key_file")
+    if cfg.admin.allow_remote_without_token and cfg.admin.read_localhost_only:
+        errors.append("admin.allow_remote_without_token: cannot be true together with admin.read_localhost_only")
     return errors
 
 

@@ -58,7 +58,7 @@ class VerdictGuard:
             Default: the current OpenTelemetry trace id.
         verdict_source: replaces the HTTP check (tests, or an in-process otelloop).
         timeout: seconds allowed for the check.
-        token: bearer token for the admin API, if a proxy requires one.
+        token: otelloop's agent token (``admin.agent_token``), or a proxy's bearer token.
         messages_key: the state key holding the message list; it needs an appending reducer
             (``add_messages`` as in ``MessagesState``, or ``operator.add``).
         pause_poll_interval: seconds between checks while an operator has the session paused.

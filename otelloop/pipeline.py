@@ -22,7 +22,7 @@ from otelloop.mapping.mapper import Mapper
 from otelloop.model import AttrValue, Finding, Step
 from otelloop.otlp import scan, wire
 from otelloop.otlp.scan import SpanInfo
-from otelloop.state import Session, SessionStore
+from otelloop.state import RECENT_STEPS, Session, SessionStore, push_recent
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ class Pipeline:
         usage = _Usage(self.metrics)
         langfuse = self.config.enrich.langfuse_attributes
         detecting = bool(self.engine.detectors)
+        store = self.store
         for group in _by_session(decoded.steps):
             session = self.store.touch(group[0][1].session)
             agent = _account(session, group, usage.by_key)
@@ -143,6 +144,7 @@ class Pipeline:
                 for item in group:
                     extras[item[0]] = verdict
                 continue
+            before = session.verdict
             for pos, step, info in group:
                 session.agent = step.agent or session.agent  # detectors see the agent current at each step
                 ctx = self.engine.observe(session, step)
@@ -154,8 +156,12 @@ class Pipeline:
                     present = {k: v for k, v in ctx.overwrites.items() if k in carried}
                     if present:
                         replacements[pos] = present
-                for finding in ctx.findings:
-                    findings.append((step, finding))
+                if ctx.findings:
+                    store.findings_seen(session, step.trace_id, ctx.findings)
+                    for finding in ctx.findings:
+                        findings.append((step, finding))
+            if session.verdict != before:
+                store.verdict_changed(session, before)
         usage.flush()
         for step, finding in findings:
             for sink in self.finding_sinks:
@@ -191,7 +197,7 @@ class Pipeline:
         self.metrics.sessions_evicted.labels(reason).inc()
 
     def verdict_counts(self) -> dict[str, int]:
-        return Counter(s.verdict for s in self.store)
+        return self.store.verdict_counts()
 
 
 def _start_time(item: tuple[Position, Step, SpanInfo]) -> int:
@@ -236,6 +242,7 @@ def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
         totals[2] += step.output_tokens
         totals[3] += step.cost_usd
     last = group[-1][1]
+    push_recent(session, [item[1] for item in group[-RECENT_STEPS:]])
     session.service = last.service or session.service
     session.cost_usd += cost
     session.input_tokens += tokens_in

@@ -20,9 +20,12 @@ from typing import Any
 from aiohttp import web
 
 from otelloop.admin import AdminAPI
+from otelloop.events import EventHub
 from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
+from otelloop.redact import redact
+from otelloop.state import NAME_CHARS
 from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
@@ -37,9 +40,9 @@ SWEEP_INTERVAL = 1.0
 
 def print_finding(step: Step, finding: Finding) -> None:
     """Detect-only mode: one human-readable line per finding on stderr."""
-    detail = finding.message or finding.event
+    detail = redact(finding.message) or finding.event
     sys.stderr.write(f"otelloop: [{finding.severity}] {finding.finding} session={step.session} "
-                     f"agent={step.agent or '-'} span={step.span_id}: {detail}\n")
+                     f"agent={redact(step.agent, NAME_CHARS) or '-'} span={step.span_id}: {detail}\n")
     sys.stderr.flush()
 
 
@@ -63,10 +66,17 @@ def receiver_tokens(cfg: Config) -> list[str]:
 
 
 def admin_token(cfg: Config) -> str | None:
-    """The admin write token: the environment variable, else the file, else the inline value."""
+    """The admin token: the environment variable, else the file, else the inline value."""
     admin = cfg.admin
     found = _read_secret_env(admin.token_env) or _read_secret_file(admin.token_file)
     return found[0] if found else admin.token
+
+
+def agent_token(cfg: Config) -> str | None:
+    """The agents' verdict token: the environment variable, else the file, else the inline value."""
+    admin = cfg.admin
+    found = _read_secret_env(admin.agent_token_env) or _read_secret_file(admin.agent_token_file)
+    return found[0] if found else admin.agent_token
 
 
 class Service:
@@ -95,6 +105,7 @@ class Service:
         self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.grpc: GrpcReceiver | None = None
+        self.events: EventHub | None = None
 
     # -- start -------------------------------------------------------------------------------------
 
@@ -118,9 +129,14 @@ class Service:
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
         http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
         self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
-        admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only)
+        self.events = EventHub(self.pipeline, self.metrics, cfg.admin.max_event_clients,
+                               cfg.admin.event_buffer_kib * 1024)
+        admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only,
+                         agent_token=agent_token(cfg),
+                         allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
-                                                    client_certs=cfg.admin.require_client_cert)
+                                                    client_certs=cfg.admin.require_client_cert,
+                                                    cancel_on_disconnect=True)
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._ready = True
         log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
@@ -131,9 +147,13 @@ class Service:
             tmp.write_text(json.dumps(self.addresses))
             tmp.replace(self.ready_file)
 
-    async def _serve(self, app: web.Application, endpoint: str, client_certs: bool) -> str:
+    async def _serve(self, app: web.Application, endpoint: str, client_certs: bool,
+                     cancel_on_disconnect: bool = False) -> str:
+        """Serve ``app``; ``cancel_on_disconnect`` ends a handler when its client goes away (event streams
+        then free their slot at once instead of at their next write)."""
         host, port = split_host_port(endpoint)
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
+                               handler_cancellation=cancel_on_disconnect)
         await runner.setup()
         ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
@@ -189,6 +209,8 @@ class Service:
         grace = self.config.exporter.shutdown_grace
         if self.grpc is not None:
             await self.grpc.stop(min(grace, 5.0))
+        if self.events is not None:
+            self.events.close()  # event streams end now instead of holding the admin listener open
         for runner in self._runners:
             await runner.cleanup()
         for task in self._tasks:

@@ -1,24 +1,53 @@
 """Bounded per-session state (SPEC §8): least-recently-seen eviction and an idle timeout.
 
 The store is an ``OrderedDict`` kept in last-seen order, so touching a session, evicting the least
-recently seen one and sweeping idle ones are all O(1) per session affected.
+recently seen one and sweeping idle ones are all O(1) per session affected. Two small indexes serve the
+sessions API and the console without scanning every session: the sessions whose verdict is not
+``continue`` (most severe first is "these, sorted, then the rest in last-seen order") and the sessions
+with an alerting finding, in the order of their latest one.
+
+What a session remembers for people (finding messages and evidence, verdict messages) is redacted with
+:func:`otelloop.redact.redact` when it is remembered, so nothing unredacted is kept.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import struct
+import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
-from otelloop.model import VERDICT_RANK, Finding
+from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
+from otelloop.redact import redact
 
 log = logging.getLogger(__name__)
 
-#: How many recent findings a session remembers for the sessions API.
+#: How many recent findings a session remembers for the sessions API (one entry per detector and event,
+#: with how many times it was reported).
 RECENT_FINDINGS = 5
+#: How many verdict changes a session remembers.
+VERDICT_HISTORY = 8
+#: Longest remembered finding message, verdict message and verdict reason, in characters (redacted).
+FINDING_MESSAGE_CHARS = 600
+VERDICT_MESSAGE_CHARS = 600
+REASON_CHARS = 200
+#: Longest agent or service name shown (redacted on the way out).
+NAME_CHARS = 200
+#: Evidence kept per remembered finding: at most this many attributes, each value cut to this length.
+EVIDENCE_ITEMS = 10
+EVIDENCE_CHARS = 160
+#: How many recent steps a session remembers for the console, and the longest step name kept.
+RECENT_STEPS = 5
+RECENT_NAME_CHARS = 64
+#: Severities that put a session in the alerts index (``info`` does not), and how many sessions it keeps.
+ALERT_SEVERITIES = frozenset({"warn", "loop", "stop"})
+ALERTS_KEPT = 1000
 _NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
@@ -30,7 +59,7 @@ class Session:
     __slots__ = (
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
-        "message", "findings", "loop_score", "entropy_score", "progress",
+        "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -55,17 +84,33 @@ class Session:
         self.verdict = "continue"
         self.reason = ""
         self.message = ""
-        #: the last few findings as (detector, event, severity, message): compact, no attribute dicts
-        self.findings: tuple[tuple[str, str, str, str], ...] = ()
+        #: the last few distinct findings as (detector, event, severity, message, time_unix_ms, count,
+        #: evidence): redacted and bounded, newest last
+        self.findings: tuple[RememberedFinding, ...] = ()
         #: latest trajectory and entropy scores, for the sessions API
         self.loop_score: float | None = None
         self.entropy_score: float | None = None
+        #: the last few steps, packed (see :func:`push_recent`); None before the first
+        self.recent: tuple[Any, ...] | None = None
+        #: the last verdict changes as (time_unix_ms, verdict, reason), oldest first
+        self.history: tuple[tuple[int, str, str], ...] = ()
         #: what the session's steps brought that was new (``otelloop.progress``); None until a step
         self.progress: ProgressState | None = None
 
     def remember(self, finding: Finding) -> None:
-        entry = (finding.detector, finding.event, finding.severity, finding.message)
-        self.findings = (*self.findings, entry)[-RECENT_FINDINGS:]
+        """Keep a redacted, bounded copy of a finding; a repeat of the same detector and event replaces
+        the older entry and counts it."""
+        count = 1
+        kept = []
+        for entry in self.findings:
+            if entry[0] == finding.detector and entry[1] == finding.event:
+                count += entry[5]
+            else:
+                kept.append(entry)
+        entry = (finding.detector, finding.event, finding.severity, redact(finding.message, FINDING_MESSAGE_CHARS),
+                 int(time.time() * 1000), count, evidence(finding.attributes))
+        kept.append(entry)
+        self.findings = tuple(kept[-RECENT_FINDINGS:])
 
     def apply_votes(self, votes: dict[str, tuple[str, str, str]]) -> None:
         """Fold detector votes into the session verdict (SPEC §5: the most severe wins)."""
@@ -78,23 +123,27 @@ class Session:
             else:
                 if self.votes is None:
                     self.votes = {}
+                vote = (vote[0], redact(vote[1], REASON_CHARS), redact(vote[2], VERDICT_MESSAGE_CHARS))
                 self.votes[detector] = vote
                 if vote[0] == "stop" and self.stop_hold is None:
                     self.stop_hold = (vote[1], vote[2])
         self.recompute()
 
     def recompute(self) -> None:
+        before = self.verdict
         if self.paused:
             self.verdict, self.reason, self.message = "paused", "paused by an operator", ""
-            return
-        if self.stop_hold is not None:
+        elif self.stop_hold is not None:
             self.verdict, (self.reason, self.message) = "stop", self.stop_hold
-            return
-        best = ("continue", "", "")
-        for vote in (self.votes or _NO_VOTES).values():
-            if VERDICT_RANK[vote[0]] > VERDICT_RANK[best[0]]:
-                best = vote
-        self.verdict, self.reason, self.message = best
+        else:
+            best = ("continue", "", "")
+            for vote in (self.votes or _NO_VOTES).values():
+                if VERDICT_RANK[vote[0]] > VERDICT_RANK[best[0]]:
+                    best = vote
+            self.verdict, self.reason, self.message = best
+        if self.verdict != before:
+            change = (int(time.time() * 1000), self.verdict, self.reason)
+            self.history = (*self.history, change)[-VERDICT_HISTORY:]
 
     def pause(self) -> None:
         self.paused = True
@@ -106,6 +155,88 @@ class Session:
         self.stop_hold = None
         self.votes = None
         self.recompute()
+
+
+#: One remembered finding: (detector, event, severity, message, time_unix_ms, count, evidence).
+RememberedFinding = tuple[str, str, str, str, int, int, tuple[Any, ...]]
+
+
+def evidence(attributes: dict[str, AttrValue]) -> tuple[Any, ...]:
+    """A finding's event attributes as a flat, bounded, redacted ``(key, value, key, value, …)`` tuple
+    (flat: half the bytes of a tuple of pairs): numbers and booleans as they are, text redacted and cut,
+    lists as one redacted comma-separated text."""
+    out: list[Any] = []
+    for key, value in islice(attributes.items(), EVIDENCE_ITEMS):
+        if isinstance(value, str):
+            value = redact(value, EVIDENCE_CHARS)
+        elif isinstance(value, (list, tuple)):
+            value = redact(", ".join(str(v) for v in value[:8]), EVIDENCE_CHARS)
+        elif isinstance(value, float):
+            value = round(value, 4)
+        elif not isinstance(value, (bool, int)):
+            value = redact(str(value), EVIDENCE_CHARS)
+        out += (key, value)
+    return tuple(out)
+
+
+def evidence_dict(flat: tuple[Any, ...]) -> dict[str, Any]:
+    """:func:`evidence` as a mapping, keys without the ``otelloop.`` prefix."""
+    return {flat[i].removeprefix("otelloop."): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+
+
+def alert_summary(session: Session) -> tuple[int, int]:
+    """(alerting findings counted, time_unix_ms of the latest) over the findings the session remembers."""
+    count = latest = 0
+    for f in session.findings:
+        if f[2] in ALERT_SEVERITIES:
+            count += f[5]
+            latest = max(latest, f[4])
+    return count, latest
+
+
+_KINDS = ("tool", "llm", "system")
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+_OUTCOMES = ("success", "error", "empty")
+_OUTCOME_CODE = {o: i for i, o in enumerate(_OUTCOMES)}
+_PACKED = struct.Struct("<q")
+
+
+def push_recent(session: Session, steps: list[Step]) -> None:
+    """Append the last of ``steps`` to the session's ring of recent steps.
+
+    The ring is one flat tuple ``(name, …, packed)``: up to :data:`RECENT_STEPS` names (cut and interned,
+    so sessions running the same tools share them) followed by one bytes object of 8 bytes per step
+    holding the end time in milliseconds, the kind and the outcome. About 150 bytes per session instead
+    of the ~600 that a tuple per step would take.
+    """
+    tail = steps[-RECENT_STEPS:]
+    names = tuple(sys.intern(s.name if len(s.name) <= RECENT_NAME_CHARS else s.name[:RECENT_NAME_CHARS])
+                  for s in tail)
+    packed = b"".join(_PACKED.pack(((s.end_ns or s.start_ns) // 1_000_000) << 4
+                                   | _KIND_CODE.get(s.kind, 0) << 2 | _OUTCOME_CODE.get(s.outcome, 0))
+                      for s in tail)
+    old = session.recent
+    if old is not None and len(tail) < RECENT_STEPS:
+        names = (*old[:-1], *names)[-RECENT_STEPS:]
+        packed = (old[-1] + packed)[-_PACKED.size * RECENT_STEPS:]
+    session.recent = (*names, packed)
+
+
+def recent_steps(session: Session) -> list[dict[str, Any]]:
+    """The session's recent steps, oldest first, as the sessions API shows them (names redacted)."""
+    ring = session.recent
+    if ring is None:
+        return []
+    out = []
+    for name, (value,) in zip(ring[:-1], _PACKED.iter_unpack(ring[-1])):
+        out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(name, RECENT_NAME_CHARS),
+                    "outcome": _OUTCOMES[value & 3],
+                    "time_unix_ms": value >> 4})
+    return out
+
+
+def _severity_key(session: Session) -> tuple[int, float]:
+    return -VERDICT_RANK[session.verdict], -session.last_seen
 
 
 class SessionStore:
@@ -128,6 +259,13 @@ class SessionStore:
         self._clock = clock
         self._last_capacity_log = -EVICTION_LOG_INTERVAL
         self.evicted = {"capacity": 0, "idle": 0}
+        #: sessions whose verdict is not ``continue``
+        self.flagged: dict[str, Session] = {}
+        #: session id -> trace id of its latest alerting finding ("" when it is the session id), in the order
+        #: of those findings (newest last), for the last :data:`ALERTS_KEPT` sessions that alerted
+        self.alerts: OrderedDict[str, str] = OrderedDict()
+        #: called with ``(session, previous verdict)`` after a verdict changed (the event stream listens)
+        self.verdict_listeners: list[Callable[[Session, str], None]] = []
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -166,6 +304,8 @@ class SessionStore:
 
     def _evicted(self, session: Session, reason: str) -> None:
         self.evicted[reason] += 1
+        self.flagged.pop(session.id, None)
+        self.alerts.pop(session.id, None)
         if self._on_evict is not None:
             self._on_evict(session, reason)
 
@@ -189,3 +329,86 @@ class SessionStore:
         self.idle_timeout = idle_timeout
         if len(self._sessions) > max_sessions:
             self._evict_capacity(self._clock())
+
+    # -- indexes for the sessions API and the console -----------------------------------------------
+
+    def verdict_changed(self, session: Session, previous: str) -> None:
+        """Record that ``session``'s verdict changed from ``previous`` (O(1); called only on a change)."""
+        if session.id not in self._sessions:
+            return
+        if session.verdict == "continue":
+            self.flagged.pop(session.id, None)
+        else:
+            self.flagged[session.id] = session
+        for listener in self.verdict_listeners:
+            listener(session, previous)
+
+    def findings_seen(self, session: Session, trace_id: str, findings: Iterable[Finding]) -> None:
+        """Move ``session`` to the front of the alerts index when one of ``findings`` alerts (O(1); the
+        index keeps the :data:`ALERTS_KEPT` sessions that alerted last)."""
+        if not any(f.severity in ALERT_SEVERITIES for f in findings):
+            return
+        alerts = self.alerts
+        alerts[session.id] = "" if trace_id == session.id else trace_id
+        alerts.move_to_end(session.id)
+        if len(alerts) > ALERTS_KEPT:
+            alerts.popitem(last=False)
+
+    def latest_alerts(self, limit: int) -> list[tuple[Session, str]]:
+        """Up to ``limit`` sessions with alerting findings, newest first, with the trace id of the latest
+        alerting finding ("" when it is the session id)."""
+        ids = list(islice(reversed(self.alerts), limit))
+        out = []
+        for sid in ids:
+            session, trace_id = self._sessions.get(sid), self.alerts.get(sid)
+            if session is not None and trace_id is not None:
+                out.append((session, trace_id))
+        return out
+
+    def verdict_counts(self) -> dict[str, int]:
+        """Live sessions per verdict, in O(sessions not at ``continue``)."""
+        counts = dict.fromkeys(VERDICT_RANK, 0)
+        for session in list(self.flagged.values()):
+            counts[session.verdict] += 1
+        counts["continue"] = len(self._sessions) - sum(n for v, n in counts.items() if v != "continue")
+        return counts
+
+    def ranked(self, verdict: str | None = None, query: str = "", offset: int = 0,
+               limit: int = 100) -> tuple[list[Session], int]:
+        """Sessions most severe first (then most recently seen first), filtered by verdict and by a
+        case-insensitive substring of the session id or agent; returns (page, total matching).
+
+        Without a query the cost is O(flagged + offset + limit) (plus a sort of the flagged sessions,
+        bounded by ``offset + limit``), whatever the number of live sessions; a query scans them all once.
+        """
+        query = query.lower()
+        flagged = [s for s in list(self.flagged.values()) if s.verdict != "continue"]
+        if verdict is not None:
+            flagged = [s for s in flagged if s.verdict == verdict] if verdict != "continue" else []
+
+        def matches(s: Session) -> bool:
+            return not query or query in s.id.lower() or query in s.agent.lower()
+
+        want = offset + limit
+        if query:
+            flagged = [s for s in flagged if matches(s)]
+        total_flagged = len(flagged)
+        top = heapq.nsmallest(want, flagged, key=_severity_key) if total_flagged > want else \
+            sorted(flagged, key=_severity_key)
+        page = top[offset:offset + limit]
+        if verdict not in (None, "continue"):
+            return page, total_flagged
+        counts_continue = len(self._sessions) - len(self.flagged)
+        need = want - len(top)
+        if query:
+            rest = [s for s in reversed(list(self._sessions.values())) if s.verdict == "continue" and matches(s)]
+            total = total_flagged + len(rest)
+        else:
+            rest = []
+            if need > 0:
+                recent = list(islice(reversed(self._sessions.values()), need + len(self.flagged)))
+                rest = [s for s in recent if s.verdict == "continue"][:need]
+            total = total_flagged + counts_continue
+        skip = max(0, offset - total_flagged)
+        page += rest[skip:skip + limit - len(page)]
+        return page, total

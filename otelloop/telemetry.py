@@ -136,6 +136,16 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("otelloop_config_reloads", "counter", ("outcome",),
                "Configuration reloads, by outcome.", "SIGHUP reloads, `applied` or `rejected`.",
                attribute="config_reloads"),
+    MetricSpec("otelloop_event_stream_clients", "gauge", (),
+               "Clients connected to the event stream (/v1/events).",
+               "Open console pages and other consumers of `/v1/events`.", attribute="event_stream_clients"),
+    MetricSpec("otelloop_event_stream_clients_dropped", "counter", (),
+               "Event stream clients disconnected for reading too slowly.",
+               "A client that falls `admin.event_buffer_kib` behind is disconnected; it reconnects and reloads.",
+               attribute="event_stream_clients_dropped"),
+    MetricSpec("otelloop_event_stream_events_lost", "counter", (),
+               "Events the event stream could not carry (clients were told to reload).",
+               "Events dropped when the stream's own queue was full.", attribute="event_stream_events_lost"),
     MetricSpec("otelloop_build_info", "gauge", ("version",),
                "otelloop build information.", "Always 1.", attribute="build_info"),
 )
@@ -174,6 +184,9 @@ class Metrics:
     detector_errors: Counter
     mapping_errors: Counter
     config_reloads: Counter
+    event_stream_clients: Gauge
+    event_stream_clients_dropped: Counter
+    event_stream_events_lost: Counter
     build_info: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

@@ -37,7 +37,7 @@ def send(svc: Service, *spans: Any) -> None:
         ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)(request(*spans), timeout=10)
 
 
-def api(svc: Service, method: str, path: str, token: str | None = None) -> tuple[int, Any]:
+def api(svc: Service, method: str, path: str, token: str | None = TOKEN) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     code, body = http_call(method, f"http://{svc.addresses['admin']}{path}", b"" if method == "POST" else None,
                            headers)
@@ -86,7 +86,7 @@ def test_unknown_sessions_are_404(service: Service, path: str) -> None:
 
 def test_pause_and_resume_need_the_token(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     send(service, span("chat", {"gen_ai.operation.name": "chat"}, trace=4))
-    assert api(service, "POST", f"/v1/sessions/{sid(4)}/pause")[0] == 401
+    assert api(service, "POST", f"/v1/sessions/{sid(4)}/pause", None)[0] == 401
     assert api(service, "POST", f"/v1/sessions/{sid(4)}/pause", "wrong")[0] == 403
     assert api(service, "GET", f"/v1/sessions/{sid(4)}/verdict")[1]["verdict"] == "continue"
     code, body = api(service, "POST", f"/v1/sessions/{sid(4)}/pause", TOKEN)
@@ -94,7 +94,7 @@ def test_pause_and_resume_need_the_token(service: Service, caplog: pytest.LogCap
     assert api(service, "GET", f"/v1/sessions/{sid(4)}/verdict")[1]["verdict"] == "paused"
     send(service, span("chat", {"gen_ai.operation.name": "chat"}, trace=4))  # paused holds across steps
     assert api(service, "GET", f"/v1/sessions/{sid(4)}/verdict")[1]["verdict"] == "paused"
-    assert api(service, "POST", f"/v1/sessions/{sid(4)}/resume")[0] == 401
+    assert api(service, "POST", f"/v1/sessions/{sid(4)}/resume", None)[0] == 401
     code, body = api(service, "POST", f"/v1/sessions/{sid(4)}/resume", TOKEN)
     assert code == 200 and body == {"verdict": "continue"}
     assert TOKEN not in caplog.text

@@ -136,7 +136,8 @@ def test_admin_write_endpoints_need_the_admin_token(serve: Any, tmp_path: Path) 
     o = serve({"admin": {"token_file": str(token_file)}})
     assert grpc_export(o.grpc, request(tool_span(trace=0xABC))) == grpc.StatusCode.OK
     session = format(0xABC, "032x")
-    wait_for(lambda: o.get(f"/v1/sessions/{session}")[0] == 200, what="session known")
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    wait_for(lambda: o.get(f"/v1/sessions/{session}", auth)[0] == 200, what="session known")
     pause = f"http://{o.admin}/v1/sessions/{session}/pause"
     assert http_call("POST", pause)[0] == 401
     assert http_call("POST", pause, headers={"Authorization": "Bearer not-the-token"})[0] == 403
@@ -147,7 +148,8 @@ def test_admin_write_endpoints_need_the_admin_token(serve: Any, tmp_path: Path) 
     resume = f"http://{o.admin}/v1/sessions/{session}/resume"
     assert http_call("POST", resume)[0] == 401
     assert http_call("POST", resume, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})[0] == 200
-    assert o.get(f"/v1/sessions/{session}")[0] == 200  # reads need no token
+    assert o.get(f"/v1/sessions/{session}")[0] == 401  # reads of session data need the token too
+    assert o.get(f"/v1/sessions/{session}", auth)[0] == 200
     _assert_secret_free(o, ADMIN_TOKEN, "not-the-token")
 
 

@@ -1,0 +1,254 @@
+"""The live event stream (``GET /v1/events``): findings and verdict changes as server-sent events.
+
+The console uses it to update within a second or so of a finding; other tools may consume it too. Three
+rules keep it from ever costing the span path anything that matters:
+
+- **Nothing when nobody listens.** The hub registers its finding sink and verdict listener only while at
+  least one client is connected, and unregisters them when the last one leaves.
+- **O(1) per finding when someone listens.** The sinks append a reference to a bounded deque (thread
+  safe, no lock, no serialisation); everything else happens in a flush task every
+  :data:`FLUSH_INTERVAL` seconds: repeats of the same finding of a session are coalesced into one event
+  with a ``repeats`` count, each event is redacted and serialised once, and one chunk is handed to every
+  client. If more happened between two flushes than the deque holds, the oldest are lost and clients get
+  a ``lagged`` event telling them to reload.
+- **Never wait for a client.** Each client has a buffer bounded in bytes (``admin.event_buffer_kib``, plus
+  the one flush it is being handed); a client that falls behind by more than that is disconnected (it
+  reconnects and reloads), counted and logged.
+
+Wire format (``text/event-stream``): ``event: finding|verdict|lagged`` and one ``data:`` line of JSON
+per event; a comment line every :data:`HEARTBEAT` seconds keeps idle connections open through proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from otelloop.model import Finding, Step
+from otelloop.pipeline import Pipeline
+from otelloop.state import FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence, evidence_dict
+from otelloop.redact import redact
+from otelloop.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two flushes of pending events to the clients.
+FLUSH_INTERVAL = 0.5
+#: Seconds between two keep-alive comments on an idle stream.
+HEARTBEAT = 15.0
+#: Raw events held between two flushes; beyond it the oldest are lost (clients are told to reload).
+PENDING_EVENTS = 8192
+#: Distinct events sent per flush; the rest are counted as lost.
+EVENTS_PER_FLUSH = 1000
+#: Minimum seconds between two log lines about slow clients or lost events.
+LOG_INTERVAL = 60.0
+
+
+class StreamClient:
+    """One connected consumer: a byte-bounded buffer of chunks and a wake-up event."""
+
+    __slots__ = ("buffer", "buffered", "wake", "dropped", "abort")
+
+    def __init__(self, abort: Callable[[], None]) -> None:
+        self.buffer: deque[bytes] = deque()
+        self.buffered = 0
+        self.wake = asyncio.Event()
+        self.dropped = False
+        #: closes the connection (a client stuck in a full socket buffer never reaches its next read)
+        self.abort = abort
+
+    async def next(self, timeout: float) -> bytes | None:
+        """The next chunk to send; a keep-alive comment after ``timeout`` idle seconds; None once dropped."""
+        if not self.buffer and not self.dropped:
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                return b": keep-alive\n\n"
+        if self.dropped:
+            return None
+        chunk = self.buffer.popleft()
+        self.buffered -= len(chunk)
+        return chunk
+
+
+class EventHub:
+    """Fans findings and verdict changes out to the connected stream clients.
+
+    Args:
+        pipeline: where findings come from (its ``finding_sinks`` and its store's verdict listeners).
+        metrics: client gauge and drop counters.
+        max_clients: clients served at once.
+        buffer_bytes: bytes buffered per client before it is dropped.
+    """
+
+    def __init__(self, pipeline: Pipeline, metrics: Metrics, max_clients: int = 32,
+                 buffer_bytes: int = 1 << 20) -> None:
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.max_clients = max_clients
+        self.buffer_bytes = buffer_bytes
+        self.clients: set[StreamClient] = set()
+        self._pending: deque[tuple[Any, ...]] = deque(maxlen=PENDING_EVENTS)
+        self._flusher: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_log: dict[str, float] = {}
+        #: counts flushes that delivered something (cached list answers older than the last one are stale)
+        self.generation = 0
+        self.closed = False
+
+    # -- subscription ------------------------------------------------------------------------------
+
+    def subscribe(self, abort: Callable[[], None]) -> StreamClient | None:
+        """A new client, or None when ``max_clients`` are already connected or the hub is closed."""
+        if self.closed or len(self.clients) >= self.max_clients:
+            return None
+        client = StreamClient(abort)
+        if not self.clients:
+            self._attach()
+        self.clients.add(client)
+        self.metrics.event_stream_clients.set(len(self.clients))
+        return client
+
+    def unsubscribe(self, client: StreamClient) -> None:
+        self.clients.discard(client)
+        self.metrics.event_stream_clients.set(len(self.clients))
+        if not self.clients:
+            self._detach()
+
+    def _attach(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._pending.clear()
+        self.pipeline.finding_sinks.append(self._on_finding)
+        self.pipeline.store.verdict_listeners.append(self._on_verdict)
+        self._flusher = self._loop.create_task(self._flush_forever())
+
+    def _detach(self) -> None:
+        if self._on_finding in self.pipeline.finding_sinks:
+            self.pipeline.finding_sinks.remove(self._on_finding)
+        if self._on_verdict in self.pipeline.store.verdict_listeners:
+            self.pipeline.store.verdict_listeners.remove(self._on_verdict)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Disconnect every client (shutdown): their handlers return at once."""
+        self.closed = True
+        for client in list(self.clients):
+            client.dropped = True
+            client.wake.set()
+
+    # -- sinks: called on the span path, O(1) ------------------------------------------------------
+
+    def _on_finding(self, step: Step, finding: Finding) -> None:
+        self._pending.append(("finding", step.session, finding, step.trace_id, time.time()))
+
+    def _on_verdict(self, session: Session, previous: str) -> None:
+        self._pending.append(("verdict", session.id, previous, session.verdict, time.time()))
+
+    # -- flushing ----------------------------------------------------------------------------------
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            try:
+                self.flush()
+            except Exception:  # never let one bad event end the stream for everyone
+                log.exception("event stream: a flush failed; its events were skipped")
+
+    def flush(self) -> None:
+        """Coalesce, serialise and hand out what happened since the last flush."""
+        pending = self._pending
+        if not pending:
+            return
+        overflowed = len(pending) == pending.maxlen
+        raw = []
+        while pending:
+            try:
+                raw.append(pending.popleft())
+            except IndexError:  # emptied by another thread
+                break
+        merged: dict[tuple[str, ...], list[Any]] = {}
+        for item in raw:
+            if item[0] == "finding":
+                key = ("finding", item[1], item[2].detector, item[2].event)
+            else:
+                key = ("verdict", item[1])
+            entry = merged.get(key)
+            if entry is None:
+                merged[key] = [item, 1, item]
+            else:
+                entry[1] += 1
+                entry[2] = item
+        lost = max(0, len(merged) - EVENTS_PER_FLUSH)
+        frames = [self._frame(first, n, last) for first, n, last in list(merged.values())[-EVENTS_PER_FLUSH:]]
+        if overflowed or lost:
+            self.metrics.event_stream_events_lost.inc(lost or 1)
+            frames.append(_sse("lagged", {"type": "lagged", "time_unix_ms": int(time.time() * 1000)}))
+            self._log("lost", "event stream: more findings than it carries; clients were told to reload")
+        chunk = b"".join(f for f in frames if f)
+        if chunk:
+            self.generation += 1
+            self.publish(chunk)
+
+    def publish(self, chunk: bytes) -> None:
+        """Queue ``chunk`` for every client; drop a client whose buffer would exceed its bound (a client
+        with nothing pending always takes the chunk, so one client holds at most the bound plus one flush)."""
+        for client in list(self.clients):
+            if client.dropped:
+                continue
+            if client.buffered and client.buffered + len(chunk) > self.buffer_bytes:
+                self._drop(client)
+                continue
+            client.buffer.append(chunk)
+            client.buffered += len(chunk)
+            client.wake.set()
+
+    def _drop(self, client: StreamClient) -> None:
+        client.dropped = True
+        client.buffer.clear()
+        client.buffered = 0
+        client.wake.set()
+        self.metrics.event_stream_clients_dropped.inc()
+        self._log("slow", f"event stream: disconnected a client that fell more than {self.buffer_bytes // 1024} KiB "
+                  "behind (admin.event_buffer_kib)")
+        try:
+            client.abort()
+        except Exception:  # already gone
+            pass
+
+    def _frame(self, first: tuple[Any, ...], repeats: int, last: tuple[Any, ...]) -> bytes:
+        session = self.pipeline.store.get(last[1])
+        common: dict[str, Any] = {"session_id": last[1], "time_unix_ms": int(last[4] * 1000)}
+        if session is not None:
+            common.update(agent=redact(session.agent, NAME_CHARS), service=redact(session.service, NAME_CHARS),
+                          verdict=session.verdict)
+        if last[0] == "finding":
+            finding: Finding = last[2]
+            body = {"type": "finding", **common, "detector": finding.detector, "event": finding.event,
+                    "severity": finding.severity, "message": redact(finding.message, FINDING_MESSAGE_CHARS),
+                    "evidence": evidence_dict(evidence(finding.attributes)), "repeats": repeats,
+                    "trace_id": last[3]}
+            return _sse("finding", body)
+        body = {"type": "verdict", **common, "previous": first[2], "verdict": last[3],
+                "reason": session.reason if session is not None else ""}
+        return _sse("verdict", body)
+
+    def _log(self, kind: str, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_log.get(kind, -LOG_INTERVAL) >= LOG_INTERVAL:
+            self._last_log[kind] = now
+            log.warning(text)
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    # json.dumps escapes line breaks, so the data is one line whatever the span content was
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
+
