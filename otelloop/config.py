@@ -415,7 +415,8 @@ class Config(_Section):
     Attributes:
         receiver: the OTLP receivers.
         exporter: the upstream that receives the enriched spans.
-        admin: the admin HTTP listener (metrics, health, sessions API).
+        admin: the admin HTTP listener (metrics, health, sessions API, event stream, console).
+        console: the operator console page served by the admin listener.
         state: per-session state: what a session is and how many are kept.
         pricing: model name → price, for steps that report tokens but no cost.
         mapping: how spans become agent steps.
