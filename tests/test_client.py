@@ -174,7 +174,7 @@ async def test_async_variant(otelloop: FakeOtelloop) -> None:
 async def test_against_the_real_admin_api() -> None:
     pipeline = Pipeline()
     session = pipeline.store.touch("conv/42")
-    for i in range(3):  # three identical tool calls: the trajectory detector nudges
+    for i in range(4):  # four identical tool calls with the same result: the trajectory detector nudges
         pipeline.engine.observe(session, make_step("search_web", i=i, session="conv/42", args_hash=1,
                                                    args_text='{"q": "x"}', output_hash=7))
     runner = web.AppRunner(AdminAPI(pipeline, lambda: (True, "")).app)

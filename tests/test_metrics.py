@@ -33,6 +33,9 @@ CONTRACT = {
     "otelloop_detector_errors_total": {"detector"},
     "otelloop_mapping_errors_total": {"field"},
     "otelloop_config_reloads_total": {"outcome"},
+    "otelloop_event_stream_clients": set(),
+    "otelloop_event_stream_clients_dropped_total": set(),
+    "otelloop_event_stream_events_lost_total": set(),
     "otelloop_build_info": {"version"},
 }
 #: Label names that would make a series per trace, session, span or request: never allowed.
