@@ -6,12 +6,14 @@ recently seen one and sweeping idle ones are all O(1) per session affected.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from otelloop.bounds import MAX_TEXT_BYTES, cut, deep_size
 from otelloop.model import VERDICT_RANK, Finding
 
 log = logging.getLogger(__name__)
@@ -21,6 +23,10 @@ RECENT_FINDINGS = 5
 _NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
+#: Sessions measured to estimate the bytes of one (see :meth:`SessionStore.session_bytes`), and for
+#: how many seconds an estimate is reused.
+SIZE_SAMPLE = 64
+SIZE_ESTIMATE_TTL = 5.0
 
 
 class Session:
@@ -61,7 +67,8 @@ class Session:
         self.entropy_score: float | None = None
 
     def remember(self, finding: Finding) -> None:
-        entry = (finding.detector, finding.event, finding.severity, finding.message)
+        """Keep the finding for the sessions API, its message cut to ``bounds.MAX_TEXT_BYTES``."""
+        entry = (finding.detector, finding.event, finding.severity, cut(finding.message, MAX_TEXT_BYTES))
         self.findings = (*self.findings, entry)[-RECENT_FINDINGS:]
 
     def apply_votes(self, votes: dict[str, tuple[str, str, str]]) -> None:
@@ -75,6 +82,7 @@ class Session:
             else:
                 if self.votes is None:
                     self.votes = {}
+                vote = (vote[0], cut(vote[1], MAX_TEXT_BYTES), cut(vote[2], MAX_TEXT_BYTES))
                 self.votes[detector] = vote
                 if vote[0] == "stop" and self.stop_hold is None:
                     self.stop_hold = (vote[1], vote[2])
@@ -124,7 +132,9 @@ class SessionStore:
         self._on_evict = on_evict
         self._clock = clock
         self._last_capacity_log = -EVICTION_LOG_INTERVAL
-        self.evicted = {"capacity": 0, "idle": 0}
+        self.evicted = {"capacity": 0, "idle": 0, "memory": 0}
+        self._size_estimate = 0
+        self._size_checked = -SIZE_ESTIMATE_TTL
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -179,6 +189,35 @@ class SessionStore:
             self._evicted(oldest, "idle")
             dropped += 1
         return dropped
+
+    def shed(self, count: int) -> int:
+        """Evict the ``count`` least recently seen sessions (reason ``memory``); returns how many went."""
+        sessions = self._sessions
+        dropped = 0
+        while sessions and dropped < count:
+            _, old = sessions.popitem(last=False)
+            self._evicted(old, "memory")
+            dropped += 1
+        return dropped
+
+    def session_bytes(self, sample: int = SIZE_SAMPLE) -> int:
+        """Estimated bytes per live session: the mean deep size of up to ``sample`` of them, taken at
+        even intervals from least to most recently seen (0 when there are none).
+
+        An upper estimate (names shared between sessions count in each); O(number of sessions) to pick
+        the sample, so it is meant for the memory guard and scrapes, not the hot path, and it is reused
+        for :data:`SIZE_ESTIMATE_TTL` seconds.
+        """
+        n = len(self._sessions)
+        if not n:
+            return 0
+        now = self._clock()
+        if now - self._size_checked < SIZE_ESTIMATE_TTL and self._size_estimate:
+            return self._size_estimate
+        picked = list(itertools.islice(self._sessions.values(), 0, None, max(1, n // sample)))[:sample]
+        self._size_estimate = sum(deep_size(s) for s in picked) // len(picked)
+        self._size_checked = now
+        return self._size_estimate
 
     def resize(self, max_sessions: int, idle_timeout: float) -> None:
         """Apply new bounds (config reload); shrinking evicts immediately."""

@@ -79,6 +79,7 @@ def _nested(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
 SECTIONS: dict[str, type[BaseModel]] = {
     "receiver": cfg.ReceiverConfig, "exporter": cfg.ExporterConfig, "admin": cfg.AdminConfig,
     "state": cfg.StateConfig, "mapping": cfg.MappingConfig, "enrich": cfg.EnrichConfig, "limits": cfg.LimitsConfig,
+    "metrics": cfg.MetricsConfig,
 }
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from otelloop.bounds import MAX_SIGNAL_BYTES, cut
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
@@ -72,6 +73,8 @@ SPAN_KEYS = frozenset(
 
 _STATUS_ERROR = 2
 _intern = sys.intern
+#: Estimated bytes of a tool-facts memo entry besides its strings: key and value tuples, hashes.
+_TOOL_ENTRY_BYTES = 300
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
@@ -183,7 +186,11 @@ class Mapper:
         self.keys = SPAN_KEYS | {k for r in config.mapping.rules for k in r.match} | {
             k for r in config.mapping.rules
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
-        self.canonical = Canonicalizer(config.mapping.max_text_bytes)
+        #: every string a step keeps is cut to this many UTF-8 bytes (see :func:`otelloop.bounds.cut`)
+        self.max_string_bytes = config.limits.max_string_bytes
+        #: strings up to this many characters are within the bound whatever their characters
+        self._short = self.max_string_bytes >> 2
+        self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
 
@@ -241,19 +248,37 @@ class Mapper:
             price = self.pricing.get(model)
             if price is not None:
                 cost = (tokens_in * price[0] + tokens_out * price[1]) / 1e6
+        # Every string a step carries is cut here, once, so state, caches and detectors only ever hold
+        # bounded ones (the length test inline: short strings, nearly all, cost no call).
+        short, limit = self._short, self.max_string_bytes
+        if len(name) > short:
+            name = cut(name, limit)
+        intent = intent or op or kind
+        if len(intent) > short:
+            intent = cut(intent, limit)
+        if len(service) > short:
+            service = cut(service, limit)
+        if agent is not None and len(agent) > short:
+            agent = cut(agent, limit)
+        if model is not None and len(model) > short:
+            model = cut(model, limit)
+        if session is not None and len(session) > short:
+            session = cut(session, limit)
         # Names repeat across millions of steps and end up in session state: share one string each.
         # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
         # cost more than the rest of this function.
         step = Step(session or trace_hex, kind, _intern(name), _intern(agent or service), service,  # type: ignore[arg-type]
-                    None, model, _intern(intent or op or kind), None, None, None, "success", None, tokens_in,
+                    None, model, _intern(intent), None, None, None, "success", None, tokens_in,
                     tokens_out, cost or 0.0, info[4], info[5], trace_hex, info[3])
         if kind == "system":
-            step.node = self._node(span, res, span_name, errors)
+            node = self._node(span, res, span_name, errors)
+            step.node = _intern(node if len(node) <= short else cut(node, limit))
         self._io(step, args, output, error_type, info)
         if span and not _PROGRESS_KEYS.isdisjoint(span):
             for key, field, read in _PROGRESS_READS:
                 if key in span:
-                    setattr(step, field, resolve(span, res, read, errors)[0])
+                    value = resolve(span, res, read, errors)[0]
+                    setattr(step, field, cut(value, MAX_SIGNAL_BYTES) if type(value) is str else value)
         return step
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
@@ -304,7 +329,8 @@ class Mapper:
         details = self._tool_cache.get(key)
         if details is None:
             details = self._classify(step.name, raw_args, parsed)
-            self._tool_cache.remember(key, details, len(raw_args))
+            strings = sys.getsizeof(raw_args) + sum(sys.getsizeof(v) for v in details[1:3] if v is not None)
+            self._tool_cache.remember(key, details, len(raw_args), _TOOL_ENTRY_BYTES + strings)
         if details is not _NOT_A_FILE_TOOL:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
              step.edit_new_hash) = details
@@ -318,7 +344,9 @@ class Mapper:
             return _NOT_A_FILE_TOOL
         content = hash_text(info.content) if info.content is not None else None
         edited = info.edit_old is not None or info.edit_new is not None
-        return (info.tool_class, info.file_path, info.command, content,
+        limit = self.max_string_bytes
+        return (info.tool_class, None if info.file_path is None else cut(info.file_path, limit),
+                None if info.command is None else cut(info.command, limit), content,
                 hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
 
 
