@@ -75,6 +75,8 @@ _STATUS_ERROR = 2
 _intern = sys.intern
 #: Estimated bytes of a tool-facts memo entry besides its strings: key and value tuples, hashes.
 _TOOL_ENTRY_BYTES = 300
+#: Estimated bytes of a name-table entry besides its strings (its slot in the table).
+_NAME_ENTRY_BYTES = 100
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
@@ -193,6 +195,8 @@ class Mapper:
         self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
+        #: raw name (tool, agent, service, model, intent, node) → its bounded, interned form
+        self._names = Memo(4 * self.max_string_bytes)
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
         """What the reader can map itself (None with mapping rules configured: rules need the mapper).
@@ -249,30 +253,26 @@ class Mapper:
             if price is not None:
                 cost = (tokens_in * price[0] + tokens_out * price[1]) / 1e6
         # Every string a step carries is cut here, once, so state, caches and detectors only ever hold
-        # bounded ones (the length test inline: short strings, nearly all, cost no call).
-        short, limit = self._short, self.max_string_bytes
-        if len(name) > short:
-            name = cut(name, limit)
+        # bounded ones. Names repeat across millions of steps: each goes through the name table, which
+        # hands back its bounded, shared (interned) form, so a known name costs one lookup.
+        names, new = self._names, self._name
+        name = names.get(name) or new(name)
+        service = names.get(service) or new(service)
+        agent = service if not agent else names.get(agent) or new(agent)
         intent = intent or op or kind
-        if len(intent) > short:
-            intent = cut(intent, limit)
-        if len(service) > short:
-            service = cut(service, limit)
-        if agent is not None and len(agent) > short:
-            agent = cut(agent, limit)
-        if model is not None and len(model) > short:
-            model = cut(model, limit)
-        if session is not None and len(session) > short:
-            session = cut(session, limit)
-        # Names repeat across millions of steps and end up in session state: share one string each.
+        intent = names.get(intent) or new(intent)
+        if model is not None:
+            model = names.get(model) or new(model)
+        if session is not None and len(session) > self._short:  # ids are not repeated: no table
+            session = cut(session, self.max_string_bytes)
         # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
         # cost more than the rest of this function.
-        step = Step(session or trace_hex, kind, _intern(name), _intern(agent or service), service,  # type: ignore[arg-type]
-                    None, model, _intern(intent), None, None, None, "success", None, tokens_in,
-                    tokens_out, cost or 0.0, info[4], info[5], trace_hex, info[3])
+        step = Step(session or trace_hex, kind, name, agent, service, None, model, intent,  # type: ignore[arg-type]
+                    None, None, None, "success", None, tokens_in, tokens_out, cost or 0.0, info[4], info[5],
+                    trace_hex, info[3])
         if kind == "system":
             node = self._node(span, res, span_name, errors)
-            step.node = _intern(node if len(node) <= short else cut(node, limit))
+            step.node = names.get(node) or new(node)
         self._io(step, args, output, error_type, info)
         if span and not _PROGRESS_KEYS.isdisjoint(span):
             for key, field, read in _PROGRESS_READS:
@@ -280,6 +280,15 @@ class Mapper:
                     value = resolve(span, res, read, errors)[0]
                     setattr(step, field, cut(value, MAX_SIGNAL_BYTES) if type(value) is str else value)
         return step
+
+    def _name(self, raw: str) -> str:
+        """A name's bounded, interned form (see :func:`otelloop.bounds.cut`), remembered in the table."""
+        if not raw:
+            return raw
+        bounded = _intern(raw if len(raw) <= self._short else cut(raw, self.max_string_bytes))
+        extra = 0 if bounded is raw else sys.getsizeof(bounded)
+        self._names.remember(raw, bounded, len(raw), _NAME_ENTRY_BYTES + sys.getsizeof(raw) + extra)
+        return bounded
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
         return (resolve(span, res, _NODE, errors)[0] or self._metadata_node(span, res, errors)
