@@ -12,7 +12,8 @@ accounted memory is at most :data:`SHED_TO` of the limit (and at least :data:`SH
 for memory the accounting cannot see); freed memory is handed back to the system where the allocator
 allows. Requests are accepted again as soon as RSS is under the limit or the accounted memory is under
 :data:`RESUME_AT` of it. After a recovery with RSS still above the limit (memory kept for reuse), the
-guard trips again only once RSS grows by a further :data:`REGROW` of the limit.
+guard trips again when the accounted memory reaches the limit, or when RSS grows by a further
+:data:`REGROW` of the limit (memory the accounting does not see).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gc
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,8 +38,10 @@ SHED_TO = 0.8
 SHED_MIN = 0.1
 #: Requests are accepted again once the accounted memory is under this fraction of the limit.
 RESUME_AT = 0.9
-#: After a recovery with RSS above the limit, RSS must grow by this fraction of the limit to trip again.
+#: After a recovery with RSS above the limit, RSS growing by this fraction of the limit trips again.
 REGROW = 0.1
+#: Minimum seconds between two warnings about shedding (every shed is counted in the metrics).
+SHED_LOG_INTERVAL = 60.0
 
 
 def cgroup_limit_bytes() -> int | None:
@@ -118,6 +122,10 @@ class MemoryGuard:
         #: RSS at the last recovery when it was still above the limit (memory kept for reuse)
         self._floor = 0
         self._hopeless_logged = False
+        self._last_log = -SHED_LOG_INTERVAL
+        #: trips since the last warning, and whether this episode was warned about
+        self._trips = 0
+        self._warned = False
 
     @property
     def limit_bytes(self) -> int:
@@ -136,8 +144,8 @@ class MemoryGuard:
             if rss <= limit:
                 self._floor = 0
                 return
-            if rss <= self._floor + REGROW * limit:
-                return
+            if rss <= self._floor + REGROW * limit and self._accounted() <= limit:
+                return  # RSS stays up after a recovery: the live data otelloop accounts for decides
             self._over = True
             self._shed(limit, rss)
         elif not self._resumable(limit):
@@ -146,8 +154,10 @@ class MemoryGuard:
             self._over = False
             rss = rss_bytes()
             self._floor = rss if rss > limit else 0
-            log.info("memory back under the limit (resident %d MiB, accounted %d MiB): accepting requests "
-                     "again", rss >> 20, self._accounted() >> 20)
+            if self._warned:
+                self._warned = False
+                log.info("memory back under the limit (resident %d MiB, accounted %d MiB): accepting requests "
+                         "again", rss >> 20, self._accounted() >> 20)
 
     def _accounted(self) -> int:
         return self.accounting.accounted() if self.accounting is not None else rss_bytes()
@@ -178,13 +188,20 @@ class MemoryGuard:
                 self._hopeless_logged = True
                 log.error("limits.memory_mib (%d MiB) is below what otelloop needs with no session at all "
                           "(accounted %d MiB): raise it", limit >> 20, self._accounted() >> 20)
-        if tripped_at is not None:
-            log.warning("resident memory %d MiB above limits.memory_mib (%d MiB): shed %d of %d sessions "
-                        "(the least recently seen, about %d bytes each) and %d KiB of caches; resident now "
-                        "%d MiB, accounted %d MiB. New requests are refused (retryably) while the accounted "
-                        "memory is above %d MiB. Lower state.max_sessions or raise the limit",
-                        tripped_at >> 20, limit >> 20, dropped, sessions, per, freed >> 10, rss_bytes() >> 20,
-                        self._accounted() >> 20, int(RESUME_AT * limit) >> 20)
+        if tripped_at is None:
+            return
+        self._trips += 1
+        now = time.monotonic()
+        if now - self._last_log < SHED_LOG_INTERVAL:
+            return
+        earlier = f" ({self._trips - 1} more times since the last such message)" if self._trips > 1 else ""
+        self._last_log, self._trips, self._warned = now, 0, True
+        log.warning("resident memory %d MiB above limits.memory_mib (%d MiB): shed %d of %d sessions (the "
+                    "least recently seen, about %d bytes each) and %d KiB of caches%s; resident now %d MiB, "
+                    "accounted %d MiB. New requests are refused (retryably) while the accounted memory is "
+                    "above %d MiB. Lower state.max_sessions or raise the limit", tripped_at >> 20,
+                    limit >> 20, dropped, sessions, per, freed >> 10, earlier, rss_bytes() >> 20,
+                    self._accounted() >> 20, int(RESUME_AT * limit) >> 20)
 
     def overloaded(self) -> str | None:
         return "memory limit reached; retry later" if self._over else None
