@@ -72,7 +72,6 @@ SPAN_KEYS = frozenset(
      *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
 
 _STATUS_ERROR = 2
-_intern = sys.intern
 #: Estimated bytes of a tool-facts memo entry besides its strings: key and value tuples, hashes.
 _TOOL_ENTRY_BYTES = 300
 #: Estimated bytes of a name-table entry besides its strings (its slot in the table).
@@ -195,7 +194,7 @@ class Mapper:
         self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
-        #: raw name (tool, agent, service, model, intent, node) → its bounded, interned form
+        #: raw name (tool, agent, service, model, intent, node) → its bounded, shared form
         self._names = Memo(4 * self.max_string_bytes)
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
@@ -254,7 +253,7 @@ class Mapper:
                 cost = (tokens_in * price[0] + tokens_out * price[1]) / 1e6
         # Every string a step carries is cut here, once, so state, caches and detectors only ever hold
         # bounded ones. Names repeat across millions of steps: each goes through the name table, which
-        # hands back its bounded, shared (interned) form, so a known name costs one lookup.
+        # hands back its bounded, shared form, so a known name costs one lookup.
         names, new = self._names, self._name
         name = names.get(name) or new(name)
         service = names.get(service) or new(service)
@@ -282,12 +281,19 @@ class Mapper:
         return step
 
     def _name(self, raw: str) -> str:
-        """A name's bounded, interned form (see :func:`otelloop.bounds.cut`), remembered in the table."""
+        """A name's bounded form (see :func:`otelloop.bounds.cut`), remembered in the table.
+
+        Not ``sys.intern``: names are agent input, and interned strings may live as long as the process
+        (Python 3.12 makes them immortal). Sharing comes from the table and the reader's string cache.
+        """
         if not raw:
             return raw
-        bounded = _intern(raw if len(raw) <= self._short else cut(raw, self.max_string_bytes))
-        extra = 0 if bounded is raw else sys.getsizeof(bounded)
-        self._names.remember(raw, bounded, len(raw), _NAME_ENTRY_BYTES + sys.getsizeof(raw) + extra)
+        names = self._names
+        bounded = raw if len(raw) <= self._short else cut(raw, self.max_string_bytes)
+        if bounded is not raw:  # also keyed by its cut form, so a name too long to be a key is still shared
+            bounded = names.get(bounded) or bounded
+            names.remember(bounded, bounded, len(bounded), _NAME_ENTRY_BYTES + sys.getsizeof(bounded))
+        names.remember(raw, bounded, len(raw), _NAME_ENTRY_BYTES + sys.getsizeof(raw))
         return bounded
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
