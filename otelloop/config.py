@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, MIN_STRING_BYTES
 from otelloop.detectors.base import DetectorConfig
 from otelloop.units import Duration, parse_duration  # noqa: F401  (re-exported)
 from otelloop.detectors.registry import registered
@@ -401,12 +402,35 @@ class LimitsConfig(_Section):
     """Process protection: refuse work (retryably) before the process runs out of memory.
 
     Attributes:
-        memory_mib: refuse new requests, asking clients to retry, while the resident size is above this
-            many MiB; 0 disables the guard; null: 80% of the container's cgroup memory limit when there
-            is one, else no guard.
+        memory_mib: above this resident size, refuse new requests (retryably), drop the process-wide
+            caches and the least recently seen sessions, and accept again once otelloop's accounted
+            memory is back under 90% of it (see docs/deploy.md, "Memory"); 0 disables.
+            Default: 80% of the container's cgroup memory limit when there is one, else 0.
+        max_string_bytes: longest string otelloop keeps from a span, in bytes (UTF-8, and in memory):
+            tool, agent, node, service and model names, session ids, intents, file paths, commands and
+            argument texts. A longer one is cut and ends with ``...`` and 16 hex digits of a hash of the
+            whole value, so two long names that differ only at their end stay distinct. Default: 256.
     """
 
     memory_mib: float | None = Field(None, ge=0)
+    max_string_bytes: int = Field(DEFAULT_MAX_STRING_BYTES, ge=MIN_STRING_BYTES, le=1 << 20)
+
+
+class MetricsConfig(_Section):
+    """Bounds of otelloop's own Prometheus series (see docs/metrics.md, "Bounded series").
+
+    Attributes:
+        max_series: series that the families labelled by service or model (steps, findings, tokens,
+            cost) may hold together; beyond it a new combination is counted under ``other``. Default: 2000.
+        max_label_values: distinct values kept per capped label (service, model); later ones are
+            counted as ``other`` until a slot is freed. Default: 200.
+        label_idle_timeout: a label value, or a series, unseen for this long gives up its slot (its
+            series are removed from ``/metrics``) when a new one needs it. Default: 1h.
+    """
+
+    max_series: int = Field(2000, ge=1)
+    max_label_values: int = Field(200, ge=1)
+    label_idle_timeout: Duration = 3600.0
 
 
 class Config(_Section):
@@ -435,6 +459,7 @@ class Config(_Section):
     mapping: MappingConfig = MappingConfig()
     enrich: EnrichConfig = EnrichConfig()
     limits: LimitsConfig = LimitsConfig()
+    metrics: MetricsConfig = MetricsConfig()
     #: filled with a validated configuration for every registered detector by :func:`build_config`
     detectors: dict[str, Any] = {}
     _profile: str = PrivateAttr(DEFAULT_PROFILE)

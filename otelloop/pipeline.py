@@ -63,7 +63,7 @@ class Pipeline:
     Args:
         config: configuration in force.
         metrics: where to count steps, findings, tokens and errors (a private registry if omitted).
-        clock: monotonic clock for session recency (injectable for tests).
+        clock: monotonic clock for session recency and metric series idleness (injectable for tests).
     """
 
     def __init__(self, config: Config | None = None, metrics: Metrics | None = None,
@@ -75,6 +75,7 @@ class Pipeline:
         self.scanner = self._scanner()
         self.store = SessionStore(self.config.state.max_sessions, self.config.state.idle_timeout,
                                   on_evict=self._evicted, clock=clock)
+        self.clock = clock
         self.finding_sinks: list[FindingSink] = []
 
     # -- configuration -----------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class Pipeline:
         extras: list[bytes | None] = [None] * decoded.spans
         replacements: dict[Position, dict[str, AttrValue]] = {}
         findings: list[tuple[Step, Finding]] = []
-        usage = _Usage(self.metrics)
+        usage = _Usage(self.metrics, self.clock)
         langfuse = self.config.enrich.langfuse_attributes
         detecting = bool(self.engine.detectors)
         store = self.store
@@ -277,10 +278,11 @@ def _remember_scores(session: Session, ctx: StepContext) -> None:
 class _Usage:
     """Per-request aggregation of step metrics, flushed once, so the hot path does not touch labels."""
 
-    __slots__ = ("metrics", "by_key", "findings", "entropy")
+    __slots__ = ("metrics", "clock", "by_key", "findings", "entropy")
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, clock: Callable[[], float]) -> None:
         self.metrics = metrics
+        self.clock = clock
         #: (kind, service, model) -> [steps, input tokens, output tokens, cost], filled by :func:`_account`
         self.by_key: dict[tuple[str, str, str], list[float]] = {}
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
@@ -297,19 +299,20 @@ class _Usage:
     def flush(self) -> None:
         m = self.metrics
         svc, model = m.service_label, m.model_label
+        now = self.clock()
         for (kind, service, model_name), (n, tokens_in, tokens_out, usd) in self.by_key.items():
-            service_l = svc(service)
-            m.steps.labels(kind, service_l).inc(n)
+            service_l = svc(service, now)
+            m.step_counter(kind, service_l, now).inc(n)
             if tokens_in or tokens_out or usd:
-                model_l = model(model_name)
+                model_l = model(model_name, now)
                 if tokens_in:
-                    m.tokens.labels("input", service_l, model_l).inc(tokens_in)
+                    m.token_counter("input", service_l, model_l, now).inc(tokens_in)
                 if tokens_out:
-                    m.tokens.labels("output", service_l, model_l).inc(tokens_out)
+                    m.token_counter("output", service_l, model_l, now).inc(tokens_out)
                 if usd:
-                    m.cost.labels(service_l, model_l).inc(usd)
+                    m.cost_counter(service_l, model_l, now).inc(usd)
         for (detector, finding, severity, service), n in self.findings.items():
-            m.findings.labels(detector, finding, severity, svc(service)).inc(n)
+            m.finding_counter(detector, finding, severity, svc(service, now), now).inc(n)
         for score in self.entropy:
             m.entropy_score.observe(score)
 

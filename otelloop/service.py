@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from otelloop import bounds
 from otelloop.admin import AdminAPI
 from otelloop.events import EventHub
 from otelloop.config import Config, ConfigError, load_config, split_host_port
@@ -29,7 +30,7 @@ from otelloop.state import NAME_CHARS
 from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
-from otelloop.resources import MemoryGuard
+from otelloop.resources import Accounting, MemoryGuard, rss_bytes
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger("otelloop")
@@ -95,9 +96,9 @@ class Service:
         self.config_path = config_path
         self.overrides = overrides or {}
         self.ready_file = ready_file
-        self.metrics = Metrics()
+        self.metrics = Metrics(limits=config.metrics)
         self.pipeline = Pipeline(config, self.metrics)
-        self.memory = MemoryGuard(config.limits.memory_mib)
+        self.memory = MemoryGuard(config.limits.memory_mib, on_shed=self._shed)
         self.exporter: Any = None
         self.addresses: dict[str, str] = {}
         self._ready = False
@@ -137,6 +138,7 @@ class Service:
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
                                                     client_certs=cfg.admin.require_client_cert,
                                                     cancel_on_disconnect=True)
+        self.memory.accounting = self._accounting()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._ready = True
         log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
@@ -161,6 +163,19 @@ class Service:
         self._runners.append(runner)
         bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         return _address(endpoint, bound[1])
+
+    def _accounting(self) -> Accounting:
+        """What the memory guard counts: the process as it is now (started, no session yet), plus
+        sessions × their estimated size, plus the caches' bytes."""
+        store = self.pipeline.store  # kept across reloads (they resize it)
+        baseline = rss_bytes() - len(store) * store.session_bytes() - bounds.caches_nbytes()
+        accounting = Accounting(store.__len__, store.session_bytes, bounds.caches_nbytes, bounds.clear_caches,
+                                store.shed, baseline)
+        self.metrics.observe_memory(accounting.accounted)
+        return accounting
+
+    def _shed(self, sessions: int, cache_bytes: int) -> None:
+        self.metrics.memory_sheds.inc()
 
     def readiness(self) -> tuple[bool, str]:
         if not self._ready:
@@ -193,6 +208,7 @@ class Service:
             return False
         self.pipeline.reconfigure(new)
         self.memory.limit_mib = new.limits.memory_mib
+        self.metrics.configure(new.metrics)
         self.config = new
         self.metrics.config_reloads.labels("applied").inc()
         log.info("configuration reloaded (listener and exporter changes need a restart)")

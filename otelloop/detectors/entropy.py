@@ -7,11 +7,13 @@ authoritative overwrite of an agent's self-reported score, and this detector's s
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from otelloop.bounds import InternTable
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
@@ -67,14 +69,8 @@ class EntropyState:
         self.window: tuple[Entry, ...] = ()
 
 
-_ENTRY_CACHE: dict[Entry, Entry] = {}
-
-
-def _interned(entry: Entry) -> Entry:
-    """One shared tuple per distinct entry: sessions repeat the same few, so windows share them."""
-    if len(_ENTRY_CACHE) >= 16384:
-        _ENTRY_CACHE.clear()
-    return _ENTRY_CACHE.setdefault(entry, entry)
+#: One shared tuple per distinct entry: sessions repeat the same few, so windows share them.
+_interned = InternTable(16384, 4 << 20, lambda e: 64 + sum(sys.getsizeof(s) for s in e))
 
 
 def score(window: tuple[Entry, ...]) -> float:

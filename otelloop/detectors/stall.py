@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
+from otelloop.bounds import MAX_ID_BYTES, cut
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
@@ -149,7 +150,7 @@ class Cycle:
     __slots__ = ("anchor", "id", "members")
 
     def __init__(self, members: Sequence[NodeStats]) -> None:
-        self.id = ",".join(sorted(m.name for m in members))
+        self.id = cut(",".join(sorted(m.name for m in members)), MAX_ID_BYTES)
         self.anchor = min(members, key=lambda m: m.id)
         self.members = tuple(members)
 

@@ -17,10 +17,12 @@ level.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from otelloop.bounds import InternTable
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.mapping.results import BLANK, FAILED
@@ -146,14 +148,8 @@ class _Entry(NamedTuple):
     fruitless: bool
 
 
-_ENTRY_CACHE: dict[_Entry, _Entry] = {}
-
-
-def _interned(entry: _Entry) -> _Entry:
-    """One shared object per distinct entry: looping sessions repeat the same few, across sessions too."""
-    if len(_ENTRY_CACHE) >= 16384:
-        _ENTRY_CACHE.clear()
-    return _ENTRY_CACHE.setdefault(entry, entry)
+#: One shared object per distinct entry: looping sessions repeat the same few, across sessions too.
+_interned = InternTable(16384, 8 << 20, lambda e: 200 + sum(sys.getsizeof(s) for s in e if type(s) is str))
 
 
 class _Signal(NamedTuple):

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from typing import Any
 
+from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, register, truncate
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
@@ -21,11 +23,14 @@ VOLATILE_OUTPUT_KEYS = frozenset({
     "id", "ids", "tool_call_id", "call_id", "run_id", "message_id", "response_id", "created", "created_at",
     "timestamp", "response_metadata", "usage_metadata", "lc", "additional_kwargs", "toolUseId", "tool_use_id",
 })
-#: Canonical texts kept for similarity detectors are cut to this many characters.
+#: Canonical texts kept for similarity detectors are cut to this many characters (and to
+#: ``limits.max_string_bytes`` in UTF-8).
 TEXT_LIMIT = 256
 _CACHE_LIMIT = 8192
-#: Total characters of raw text a memo keeps before it starts over (8 Mi characters: 8-32 MiB).
-_CACHE_CHARS = 8 << 20
+#: Estimated bytes a memo keeps (its raw-text keys and its values) before it starts over.
+MEMO_BYTES = 8 << 20
+#: Estimated bytes of a tuple result and its hash in a memo entry, besides the strings it holds.
+_ENTRY_BYTES = 120
 
 
 def hash_bytes(data: bytes) -> int:
@@ -143,10 +148,12 @@ class Canonicalizer:
     Args:
         max_text_bytes: values longer than this are hashed by content without JSON parsing, so a
             huge payload costs one C-level hash rather than a parse and a copy.
+        max_string_bytes: the short canonical text is cut to this many UTF-8 bytes too.
     """
 
-    def __init__(self, max_text_bytes: int = 65536) -> None:
+    def __init__(self, max_text_bytes: int = 65536, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES) -> None:
         self.max_text_bytes = max_text_bytes
+        self.max_string_bytes = max_string_bytes
         self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
         self._outputs = Memo(max_text_bytes)  # raw → (hash, empty, flags)
         self._errors = Memo(max_text_bytes)  # error text → (hash, flags)
@@ -158,13 +165,17 @@ class Canonicalizer:
             return hit
         parsed = self._parse(raw)
         result: tuple[int, str, dict[str, Any] | None]
+        nbytes = sys.getsizeof(raw) + _ENTRY_BYTES
         if parsed is _UNPARSED:
-            result = (hash_text(raw), raw[:TEXT_LIMIT], None)
+            result = (hash_text(raw), self._short(raw), None)
         else:
             parsed = call_arguments(parsed)
             canonical = _dumps(parsed)
-            result = (hash_text(canonical), canonical[:TEXT_LIMIT], parsed if isinstance(parsed, dict) else None)
-        self._args.remember(raw, result, len(raw))
+            obj = parsed if isinstance(parsed, dict) else None
+            result = (hash_text(canonical), self._short(canonical), obj)
+            if obj is not None:  # a parsed object: at worst about 12 bytes per character of its JSON
+                nbytes += 256 + 12 * len(raw)
+        self._args.remember(raw, result, len(raw), nbytes + sys.getsizeof(result[1]))
         return result
 
     def output(self, raw: str) -> tuple[int, bool, int]:
@@ -182,7 +193,7 @@ class Canonicalizer:
             parsed = call_result(parsed)
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
-        self._outputs.remember(raw, result, len(raw))
+        self._outputs.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
         return result
 
     def error(self, text: str) -> tuple[int, int]:
@@ -191,16 +202,19 @@ class Canonicalizer:
         hit = self._errors.get(text)
         if hit is None:
             hit = (hash_text(normalise_result(text)), result_flags(text, False) | FAILED)
-            self._errors.remember(text, hit, len(text))
+            self._errors.remember(text, hit, len(text), sys.getsizeof(text) + _ENTRY_BYTES)
         return hit
 
-    @staticmethod
-    def oversized(value: Any) -> tuple[int, str]:
+    def oversized(self, value: Any) -> tuple[int, str]:
         """A value too long to materialise (``otelloop.otlp.scan.Oversized``) → (hash of its bytes,
         short text). A long string hashes as :meth:`args` and :meth:`output` hash unparsed text."""
-        short = bytes(value.raw[:4 * TEXT_LIMIT]).decode("utf-8", "ignore")[:TEXT_LIMIT] \
-            if value.kind == "string" else ""
-        return hash_bytes(value.raw), short
+        if value.kind != "string":
+            return hash_bytes(value.raw), ""
+        return hash_bytes(value.raw), self._short(bytes(value.raw[:4 * TEXT_LIMIT]).decode("utf-8", "ignore"))
+
+    def _short(self, text: str) -> str:
+        """The first :data:`TEXT_LIMIT` characters, within ``max_string_bytes``."""
+        return truncate(text[:TEXT_LIMIT], self.max_string_bytes)
 
     def _parse(self, raw: str) -> Any:
         if len(raw) > self.max_text_bytes:
@@ -218,30 +232,37 @@ _UNPARSED = object()
 
 
 class Memo(dict[Any, Any]):
-    """A memo keyed by raw agent text, bounded in entries and in the total length of that text.
+    """A memo keyed by raw agent text, bounded in entries and in bytes (:data:`MEMO_BYTES`).
 
     A bound in entries alone is no bound in bytes when keys are agent payloads, and a huge payload kept
-    as a key would stay alive long after its request; so keys longer than ``max_key`` are not kept at
-    all (such values are rare and are only hashed anyway), and the memo starts over when either bound
-    is reached (cheap, and the working set of a looping agent refills it at once).
+    as a key would stay alive long after its request; so keys longer than ``max_key`` characters are not
+    kept at all (such values are rare and are only hashed anyway), and the memo starts over when either
+    bound is reached (cheap, and the working set of a looping agent refills it at once). It is
+    registered with :mod:`otelloop.bounds`, so the memory guard counts and can empty it.
     """
 
-    __slots__ = ("chars", "max_key")
+    __slots__ = ("nbytes", "max_key", "max_bytes", "__weakref__")
 
-    def __init__(self, max_key: int) -> None:
+    def __init__(self, max_key: int, max_bytes: int = MEMO_BYTES) -> None:
         super().__init__()
-        self.chars = 0
+        self.nbytes = 0
         self.max_key = max_key
+        self.max_bytes = max_bytes
+        register(self)
 
-    def remember(self, key: Any, value: Any, size: int) -> None:
-        """Keep ``value`` under ``key``, whose raw text is ``size`` characters long."""
-        if size > self.max_key:
+    def remember(self, key: Any, value: Any, length: int, nbytes: int) -> None:
+        """Keep ``value`` under ``key``, whose raw text is ``length`` characters long; the entry costs
+        about ``nbytes`` bytes (key and value)."""
+        if length > self.max_key:
             return
-        if len(self) >= _CACHE_LIMIT or self.chars + size > _CACHE_CHARS:
+        if len(self) >= _CACHE_LIMIT or self.nbytes + nbytes > self.max_bytes:
             self.clear()
-            self.chars = 0
         self[key] = value
-        self.chars += size
+        self.nbytes += nbytes
+
+    def clear(self) -> None:
+        super().clear()
+        self.nbytes = 0
 
 
 _VOLATILE_ERROR = [

@@ -16,6 +16,7 @@ import re
 import sys
 from typing import Any
 
+from otelloop.bounds import MAX_SIGNAL_BYTES, cut
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
@@ -93,7 +94,10 @@ SPAN_KEYS = frozenset(
      *_INPUT_TOKEN_KEYS, *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
 
 _STATUS_ERROR = 2
-_intern = sys.intern
+#: Estimated bytes of a tool-facts memo entry besides its strings: key and value tuples, hashes.
+_TOOL_ENTRY_BYTES = 300
+#: Estimated bytes of a name-table entry besides its strings (its slot in the table).
+_NAME_ENTRY_BYTES = 100
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
 
 
@@ -215,9 +219,15 @@ class Mapper:
             k for r in config.mapping.rules
             for k in (r.name_attribute, r.session_attribute, r.args_attribute, r.output_attribute) if k}
         self.events = EVENT_SOURCES
-        self.canonical = Canonicalizer(config.mapping.max_text_bytes)
+        #: every string a step keeps is cut to this many UTF-8 bytes (see :func:`otelloop.bounds.cut`)
+        self.max_string_bytes = config.limits.max_string_bytes
+        #: strings up to this many characters are within the bound whatever their characters
+        self._short = self.max_string_bytes >> 2
+        self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
+        #: raw name (tool, agent, service, model, intent, node) → its bounded, shared form
+        self._names = Memo(4 * self.max_string_bytes)
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
         """What the reader can map itself (None with mapping rules configured: rules need the mapper).
@@ -273,20 +283,50 @@ class Mapper:
             price = self.pricing.get(model)
             if price is not None:
                 cost = (tokens_in * price[0] + tokens_out * price[1]) / 1e6
-        # Names repeat across millions of steps and end up in session state: share one string each.
+        # Every string a step carries is cut here, once, so state, caches and detectors only ever hold
+        # bounded ones. Names repeat across millions of steps: each goes through the name table, which
+        # hands back its bounded, shared form, so a known name costs one lookup.
+        names, new = self._names, self._name
+        name = names.get(name) or new(name)
+        service = names.get(service) or new(service)
+        agent = service if not agent else names.get(agent) or new(agent)
+        intent = intent or op or kind
+        intent = names.get(intent) or new(intent)
+        if model is not None:
+            model = names.get(model) or new(model)
+        if session is not None and len(session) > self._short:  # ids are not repeated: no table
+            session = cut(session, self.max_string_bytes)
         # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
         # cost more than the rest of this function.
-        step = Step(session or trace_hex, kind, _intern(name), _intern(agent or service), service,  # type: ignore[arg-type]
-                    None, model, _intern(intent or op or kind), None, None, None, "success", None, tokens_in,
-                    tokens_out, cost or 0.0, info[4], info[5], trace_hex, info[3])
+        step = Step(session or trace_hex, kind, name, agent, service, None, model, intent,  # type: ignore[arg-type]
+                    None, None, None, "success", None, tokens_in, tokens_out, cost or 0.0, info[4], info[5],
+                    trace_hex, info[3])
         if kind == "system":
-            step.node = self._node(span, res, span_name, errors)
+            node = self._node(span, res, span_name, errors)
+            step.node = names.get(node) or new(node)
         self._io(step, args, output, error_type, info)
         if span and not _PROGRESS_KEYS.isdisjoint(span):
             for key, field, read in _PROGRESS_READS:
                 if key in span:
-                    setattr(step, field, resolve(span, res, read, errors)[0])
+                    value = resolve(span, res, read, errors)[0]
+                    setattr(step, field, cut(value, MAX_SIGNAL_BYTES) if type(value) is str else value)
         return step
+
+    def _name(self, raw: str) -> str:
+        """A name's bounded form (see :func:`otelloop.bounds.cut`), remembered in the table.
+
+        Not ``sys.intern``: names are agent input, and interned strings may live as long as the process
+        (Python 3.12 makes them immortal). Sharing comes from the table and the reader's string cache.
+        """
+        if not raw:
+            return raw
+        names = self._names
+        bounded = raw if len(raw) <= self._short else cut(raw, self.max_string_bytes)
+        if bounded is not raw:  # also keyed by its cut form, so a name too long to be a key is still shared
+            bounded = names.get(bounded) or bounded
+            names.remember(bounded, bounded, len(bounded), _NAME_ENTRY_BYTES + sys.getsizeof(bounded))
+        names.remember(raw, bounded, len(raw), _NAME_ENTRY_BYTES + sys.getsizeof(raw))
+        return bounded
 
     def _node(self, span: dict[str, Any], res: dict[str, Any], span_name: str, errors: list[str]) -> str:
         return (resolve(span, res, _NODE, errors)[0] or self._metadata_node(span, res, errors)
@@ -339,7 +379,8 @@ class Mapper:
         details = self._tool_cache.get(key)
         if details is None:
             details = self._classify(step.name, raw_args, parsed)
-            self._tool_cache.remember(key, details, len(raw_args))
+            strings = sys.getsizeof(raw_args) + sum(sys.getsizeof(v) for v in details[1:3] if v is not None)
+            self._tool_cache.remember(key, details, len(raw_args), _TOOL_ENTRY_BYTES + strings)
         if details is not _NOT_A_FILE_TOOL:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
              step.edit_new_hash) = details
@@ -353,7 +394,9 @@ class Mapper:
             return _NOT_A_FILE_TOOL
         content = hash_text(info.content) if info.content is not None else None
         edited = info.edit_old is not None or info.edit_new is not None
-        return (info.tool_class, info.file_path, info.command, content,
+        limit = self.max_string_bytes
+        return (info.tool_class, None if info.file_path is None else cut(info.file_path, limit),
+                None if info.command is None else cut(info.command, limit), content,
                 hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
 
 

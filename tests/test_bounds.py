@@ -1,0 +1,311 @@
+"""Byte bounds: strings cut once by the mapper, caches with byte budgets, sessions of bounded size."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spans import request, span, tool_span
+
+from otelloop import bounds, resources
+from otelloop.bounds import MAX_SIGNAL_BYTES, MAX_TEXT_BYTES, InternTable, clear_caches, cut, deep_size
+from otelloop.config import build_config
+from otelloop.mapping.canonical import Memo
+from otelloop.pipeline import Pipeline
+from otelloop.resources import Accounting, MemoryGuard
+from otelloop.similarity import CACHE_BYTES, PAIR_CACHE_BYTES, LexicalSimilarity
+from otelloop.state import Session, SessionStore
+
+#: Documented worst case of one session's state with the default bounds (docs/deploy.md, "Memory").
+WORST_CASE_SESSION_BYTES = 192 << 10
+
+
+def _stored_bytes(text: str) -> int:
+    """Bytes CPython stores ``text``'s characters in."""
+    widest = ord(max(text)) if text else 0
+    return len(text) * (1 if widest < 0x100 else 2 if widest < 0x10000 else 4)
+
+
+def _fits(text: str, limit: int) -> bool:
+    return len(text.encode("utf-8", "surrogatepass")) <= limit and _stored_bytes(text) <= limit
+
+
+# -- cut --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["read_file", "é" * 60, "日本語" * 20, "x" * 256])
+def test_strings_within_the_bound_are_kept_whole_and_shared(text: str) -> None:
+    assert cut(text, 256) is text
+
+
+@pytest.mark.parametrize("unit", ["x", "é", "日", "\U0001F600", "\udc80"])
+def test_a_long_string_is_cut_within_the_bound_in_utf8_and_in_memory(unit: str) -> None:
+    text = "tool-" + unit * 100_000
+    short = cut(text, 256)
+    assert _fits(short, 256)
+    assert short.startswith("tool-")
+    assert short[-19:-16] == "..." and all(c in "0123456789abcdef" for c in short[-16:])
+
+
+def test_one_wide_character_does_not_quadruple_a_cut_string() -> None:
+    short = cut("\U0001F600" + "a" * 5000, 256)
+    assert sys.getsizeof(short) <= 256 + 80
+
+
+def test_long_names_that_differ_late_stay_distinct_and_equal_ones_equal() -> None:
+    a, b = "x" * 786_000 + "1", "x" * 786_000 + "2"
+    assert cut(a, 256) != cut(b, 256)
+    assert cut(a, 256) == cut("x" * 786_000 + "1", 256)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600), st.integers(min_value=64, max_value=1024))
+def test_cut_always_fits_and_keeps_fitting_text(text: str, limit: int) -> None:
+    short = cut(text, limit)
+    assert _fits(short, limit)
+    if _fits(text, limit):
+        assert short == text
+    else:
+        assert short != text and short.endswith(bounds.SEPARATOR + short[-16:])
+
+
+# -- the mapper cuts every string a step keeps --------------------------------------------------------
+
+
+def _long(tag: str, n: int = 60_000) -> str:
+    return f"{tag}-" + "\U0001F600" + "y" * n
+
+
+def test_every_string_a_step_keeps_is_bounded() -> None:
+    config = {"state": {"group_by": "session"}, "limits": {"max_string_bytes": 128}}
+    p = Pipeline(build_config(config, env={}))
+    progress = {"otelloop.progress.diff_hash": _long("diff"), "otelloop.state_hash": _long("state"),
+                "otelloop.progress.failure_signature": _long("f")}
+    data = request(
+        tool_span(_long("tool"), args=_long("args"), trace=1, i=1,
+                  attrs={"gen_ai.agent.name": _long("agent"), "gen_ai.conversation.id": _long("session"),
+                         "gen_ai.request.model": _long("model"), "otelloop.intent": _long("intent")}),
+        tool_span("read_file", args=json.dumps({"path": _long("path", 20_000)}), trace=1, i=2),
+        tool_span("bash", args=json.dumps({"command": _long("cmd", 20_000)}), trace=1, i=2),
+        span("invoke_agent", {"gen_ai.operation.name": "invoke_agent", "graph.node.id": _long("node"),
+                              **progress}, trace=1, i=3),
+        service=_long("service"))
+    steps = [s for _, s, _ in p.decode(data).steps]
+    assert len(steps) == 4
+    kept = [v for s in steps for v in (s.session, s.name, s.agent, s.service, s.model, s.intent, s.node,
+                                       s.file_path, s.command, s.args_text) if v]
+    assert {s.file_path for s in steps} - {None} and {s.command for s in steps} - {None} and steps[3].node
+    assert all(_fits(v, 128) for v in kept), [len(v.encode()) for v in kept if not _fits(v, 128)]
+    signals = [steps[3].diff_hash, steps[3].failure_signature, steps[3].state_hash]
+    assert all(v is not None and _fits(v, MAX_SIGNAL_BYTES) for v in signals)
+
+
+def test_two_long_tool_names_that_differ_late_are_two_tools() -> None:
+    p = Pipeline()
+    a, b = "execute_tool " + "t" * 500_000 + "A", "execute_tool " + "t" * 500_000 + "B"
+    tool = {"gen_ai.operation.name": "execute_tool"}
+    steps = [s for _, s, _ in p.decode(request(span(a, tool, trace=1), span(b, tool, trace=1))).steps]
+    assert steps[0].name != steps[1].name and all(_fits(s.name, 256) for s in steps)
+
+
+def test_messages_kept_in_a_session_are_bounded() -> None:
+    from otelloop.model import Finding
+
+    s = Session("s", 0.0)
+    s.remember(Finding("stall", "otelloop.loop_halted", "stop", message="m" * 100_000))
+    s.apply_votes({"stall": ("stop", "r" * 100_000, "n" * 100_000)})
+    assert len(s.findings[0][3].encode()) <= MAX_TEXT_BYTES
+    assert len(s.reason.encode()) <= MAX_TEXT_BYTES and len(s.message.encode()) <= MAX_TEXT_BYTES
+
+
+# -- worst case of one session --------------------------------------------------------------------
+
+
+def _hostile_session(trace: int, steps: int = 3000) -> list:
+    """Spans that push every detector to its caps with distinct strings far over the bound: 64+ graph
+    nodes with random transitions, distinct progress signals, tools, agents, paths, failing commands."""
+    rnd = random.Random(trace)
+    out = []
+    for i in range(steps):
+        agent = _long(f"agent{i % 50}", 20_000)
+        if i % 4 == 0:
+            node = _long(f"node{rnd.randrange(70)}", 20_000)
+            out.append(span("invoke_agent", {
+                "gen_ai.operation.name": "invoke_agent", "graph.node.id": node,
+                "otelloop.progress.diff_hash": _long(f"diff{i}", 2000),
+                "otelloop.progress.failure_signature": _long(f"fail{i}", 2000),
+                "otelloop.progress.failing_tests": i, "gen_ai.tool.call.result": _long(f"out{i}", 2000)},
+                trace=trace, i=i))
+        elif i % 4 == 1:
+            args = json.dumps({"path": _long(f"p{i % 7}", 2000)})
+            out.append(tool_span(_long(f"tool{i % 13}", 20_000), args=args, trace=trace, i=i,
+                                 attrs={"gen_ai.agent.name": agent}))
+        elif i % 4 == 2:
+            args = json.dumps({"path": _long(f"p{i % 3}", 2000)})
+            out.append(tool_span("read_file", args=args, trace=trace, i=i,
+                                 attrs={"gen_ai.agent.name": agent}))
+        else:
+            args = json.dumps({"command": _long(f"cmd{i % 5}", 2000)})
+            out.append(tool_span("bash", args=args, trace=trace, i=i, error=f"boom {i % 2}",
+                                 attrs={"gen_ai.agent.name": agent}))
+    return out
+
+
+def test_a_hostile_session_stays_within_the_documented_worst_case() -> None:
+    p = Pipeline()
+    spans = _hostile_session(7)
+    for k in range(0, len(spans), 250):
+        p.process(p.decode(request(*spans[k:k + 250], service=_long("svc", 20_000))))
+    session = p.store.get(format(7, "032x"))
+    assert session is not None and session.steps == len(spans)
+    graph = session.states["stall"].graph
+    assert len(graph.nodes) == 64 and len(graph.edges) == 256  # the stall detector's caps are reached
+    clear_caches()
+    size = deep_size(session)
+    assert size <= WORST_CASE_SESSION_BYTES, size
+
+
+# -- caches ----------------------------------------------------------------------------------------
+
+
+def test_an_intern_table_keeps_to_its_byte_budget() -> None:
+    table = InternTable(10_000, 64 << 10, lambda v: sys.getsizeof(v))
+    for i in range(5000):
+        value = f"{i:05d}" + "z" * 200
+        assert table(value) == value
+        assert table.nbytes <= 64 << 10
+    same = "00001" + "z" * 200
+    assert table(same) is table(same)
+
+
+def test_a_memo_keeps_to_its_byte_budget() -> None:
+    memo = Memo(1 << 20, max_bytes=1 << 20)
+    for i in range(2000):
+        raw = str(i) * 2000
+        memo.remember(raw, i, len(raw), sys.getsizeof(raw))
+        assert memo.nbytes <= 1 << 20
+    assert 0 < len(memo) < 2000
+
+
+def test_similarity_caches_keep_to_their_byte_budgets() -> None:
+    backend = LexicalSimilarity()
+    words = [" ".join(f"w{i}x{k}" for k in range(60)) for i in range(3000)]
+    texts = [f"search_web({i} {w}) → success" for i, w in enumerate(words)]
+    for i in range(3, len(texts)):
+        backend.similarities(texts[i], texts[i - 3:i])
+    assert backend._cache_bytes <= CACHE_BYTES and backend._pair_bytes <= PAIR_CACHE_BYTES
+    assert backend.nbytes > 0 and backend in [c for c in bounds._live()]
+
+
+def test_every_process_wide_cache_is_registered_and_emptied_on_demand() -> None:
+    p = Pipeline()
+    for i in range(200):
+        args = json.dumps({"path": f"/f{i}"})
+        spans = [tool_span(f"tool-{i}-{k}", args=args, trace=i + 1, i=k) for k in range(6)]
+        p.process(p.decode(request(*spans)))
+    assert bounds.caches_nbytes() > 0
+    assert bounds.clear_caches() > 0
+    assert bounds.caches_nbytes() == 0
+
+
+# -- sessions and the memory guard -----------------------------------------------------------------
+
+
+def test_the_store_sheds_its_oldest_sessions_and_estimates_their_size() -> None:
+    evicted = []
+    store = SessionStore(100, 60, on_evict=lambda s, r: evicted.append((s.id, r)))
+    for i in range(10):
+        store.touch(f"s{i}")
+    store.touch("s0")
+    assert store.session_bytes() > 0
+    assert store.shed(3) == 3
+    assert evicted == [("s1", "memory"), ("s2", "memory"), ("s3", "memory")]
+    assert store.evicted["memory"] == 3 and len(store) == 7
+
+
+class _Process:
+    """A fake process: resident bytes that shrink only when told, sessions of a fixed size."""
+
+    def __init__(self, sessions: int, per: int, baseline: int) -> None:
+        self.rss = baseline + sessions * per
+        self.sessions = sessions
+        self.per = per
+        self.cache = 1 << 20
+        self.dropped = 0
+
+    def accounting(self, baseline: int) -> Accounting:
+        def drop(n: int) -> int:
+            n = min(n, self.sessions)
+            self.sessions -= n
+            self.dropped += n
+            return n
+
+        def clear() -> int:
+            freed, self.cache = self.cache, 0
+            return freed
+
+        return Accounting(lambda: self.sessions, lambda: self.per, lambda: self.cache, clear, drop, baseline)
+
+
+def test_the_guard_sheds_and_becomes_ready_again_though_resident_memory_stays(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    mib = 1 << 20
+    proc = _Process(sessions=40_000, per=2000, baseline=60 * mib)
+    monkeypatch.setattr(resources, "rss_bytes", lambda: proc.rss)
+    sheds = []
+    guard = MemoryGuard(150, proc.accounting(60 * mib), on_shed=lambda n, b: sheds.append((n, b)))
+    guard.check()
+    assert guard.overloaded() is None
+    proc.rss, proc.sessions = 200 * mib, 70_000  # grows past 150 MiB; RSS will never shrink
+    with caplog.at_level(logging.INFO, logger="otelloop.resources"):
+        guard.check()
+        assert guard.overloaded() is None, "shedding brings the accounted memory under the limit at once"
+        assert len(sheds) == 1 and sheds[0][1] == 1 << 20
+        assert 60 * mib + proc.sessions * proc.per <= resources.SHED_TO * 150 * mib
+        for _ in range(5):  # RSS stays at 200 MiB: no new trip until it grows further
+            guard.check()
+    assert guard.overloaded() is None and len(sheds) == 1
+    assert sum("shed" in r.getMessage() for r in caplog.records) == 1
+    proc.sessions += 40_000  # live data back at the limit, in memory RSS already counts: trips again
+    guard.check()
+    assert len(sheds) == 2 and guard.overloaded() is None
+    proc.rss += 20 * mib  # memory the accounting does not see grows: trips again
+    guard.check()
+    assert len(sheds) == 3
+    proc.rss = 100 * mib  # handed back to the system: the next trip is at the limit again
+    guard.check()
+    proc.rss = 160 * mib
+    guard.check()
+    assert len(sheds) == 4
+
+
+def test_the_guard_keeps_shedding_until_the_accounting_is_under_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    mib = 1 << 20
+    proc = _Process(sessions=100_000, per=2000, baseline=60 * mib)
+    monkeypatch.setattr(resources, "rss_bytes", lambda: proc.rss)
+    acc = proc.accounting(60 * mib)
+    drop = acc.drop_sessions
+    acc.drop_sessions = lambda n: drop(min(n, 5000))  # sessions that go slowly: one shed is not enough
+    guard = MemoryGuard(150, acc)
+    periods = 0
+    guard.check()
+    while guard.overloaded() is not None and periods < 100:
+        assert acc.accounted() > resources.RESUME_AT * 150 * mib
+        guard.check()
+        periods += 1
+    assert guard.overloaded() is None and periods > 1
+    assert acc.accounted() <= resources.RESUME_AT * 150 * mib
+
+
+def test_without_a_limit_the_guard_never_sheds(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = _Process(sessions=10, per=2000, baseline=1 << 30)
+    monkeypatch.setattr(resources, "rss_bytes", lambda: proc.rss)
+    guard = MemoryGuard(0, proc.accounting(0))
+    guard.check()
+    assert guard.overloaded() is None and proc.dropped == 0
