@@ -404,8 +404,8 @@ class LimitsConfig(_Section):
     Attributes:
         memory_mib: above this resident size, refuse new requests (retryably), drop the process-wide
             caches and the least recently seen sessions, and accept again once otelloop's accounted
-            memory is back under 90% of it (see docs/deploy.md, "Memory"); 0 disables.
-            Default: 80% of the container's cgroup memory limit when there is one, else 0.
+            memory is back under 90% of it (see docs/deploy.md, "Memory"); 0 disables; null (the
+            default): 80% of the container's cgroup memory limit when there is one, else no guard.
         max_string_bytes: longest string otelloop keeps from a span, in bytes (UTF-8, and in memory):
             tool, agent, node, service and model names, session ids, intents, file paths, commands and
             argument texts. A longer one is cut and ends with ``...`` and 16 hex digits of a hash of the
@@ -445,7 +445,8 @@ class Config(_Section):
         pricing: model name → price, for steps that report tokens but no cost.
         mapping: how spans become agent steps.
         enrich: how findings appear on the forwarded spans.
-        limits: process protection.
+        limits: process protection: memory guard and the longest string kept.
+        metrics: bounds of otelloop's own metric series.
         detectors: detector name → its settings; every registered detector runs with its defaults
             unless configured here (``enabled: false`` turns one off).
     """

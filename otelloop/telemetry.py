@@ -272,7 +272,7 @@ METRICS: tuple[MetricSpec, ...] = (
                "Times the memory guard (limits.memory_mib) dropped caches and sessions.",
                "See docs/deploy.md, \"Memory\".", attribute="memory_sheds"),
     MetricSpec("otelloop_memory_accounted_bytes", "gauge", (),
-               "Memory otelloop accounts for: startup size, sessions and caches, in bytes.",
+               "Memory otelloop accounts for: startup size, sessions x their estimated size, cache budgets in use.",
                "What the memory guard judges recovery on; computed when scraped."),
     MetricSpec("otelloop_event_stream_clients", "gauge", (),
                "Clients connected to the event stream (/v1/events).",
@@ -390,9 +390,8 @@ class _MemoryCollector:
         self._accounted = accounted
 
     def collect(self):  # type: ignore[no-untyped-def]
-        yield GaugeMetricFamily("otelloop_memory_accounted_bytes",
-                                "Memory otelloop accounts for: startup size, sessions x their estimated "
-                                "size, cache budgets in use.", value=self._accounted())
+        spec = SPECS["otelloop_memory_accounted_bytes"]
+        yield GaugeMetricFamily(spec.name, spec.help, value=self._accounted())
 
     def describe(self):  # type: ignore[no-untyped-def]
         return []

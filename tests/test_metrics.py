@@ -70,6 +70,7 @@ def record(kind: str, metric: Any) -> None:
 def test_every_metric_of_the_table_is_exposed_with_its_type_help_and_labels() -> None:
     m = Metrics()
     m.observe_state(lambda: 3, lambda: {"nudge": 1})
+    m.observe_memory(lambda: 1 << 20)
     for spec in METRICS:
         if spec.attribute is None:
             continue
