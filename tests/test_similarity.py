@@ -6,7 +6,7 @@ import pytest
 
 from otelloop import similarity
 from otelloop.similarity import LexicalSimilarity, get_backend, is_negated
-from tests.helpers import DetectorRun, make_step
+from tests.helpers import SeedRun, make_step
 
 WEATHER = 'search_web({"query": "weather in Paris today"}) → empty'
 HOSTS = 'read_file({"path": "/etc/hosts"}) → success'
@@ -135,7 +135,9 @@ def paraphrase_session(texts: list[str]) -> list:
 @pytest.mark.semantic
 @pytest.mark.parametrize("backend, fires", [("embedding", True), ("lexical", False)])
 def test_detector_semantic_repeat_by_backend(backend: str, fires: bool) -> None:
-    run = DetectorRun("trajectory", detectors={"trajectory": {"similarity": backend}})
+    # the seed profile's semantic repeat, which compares the calls' wording alone (the default profile
+    # also needs the calls to have brought nothing new, and four of them)
+    run = SeedRun("trajectory", detectors={"trajectory": {"similarity": backend}})
     ctxs = run.run(paraphrase_session(FLIGHTS))
     assert [c.attributes["otelloop.loop_score"] for c in ctxs[:3]] == [0, 0, 0]
     assert (ctxs[3].attributes["otelloop.loop_score"] > 1.2) is fires
