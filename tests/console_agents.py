@@ -77,7 +77,7 @@ def hostile_agent(grpc_endpoint: str, service: str = "hostile-agent") -> str:
     p = provider(grpc_endpoint, service)
     tracer = p.get_tracer("console-test")
     with tracer.start_as_current_span("session") as root:
-        for _ in range(4):
+        for _ in range(6):
             _tool(tracer, HOSTILE_TOOL, '{"q": "<script>alert(2)</script>"}', "<b>bold</b>")
         trace_id = format(root.get_span_context().trace_id, "032x")
     p.shutdown()
