@@ -171,7 +171,15 @@ class ExporterConfig(_Section):
             acknowledged to the client only once it is on disk. Default: null (in-memory queue).
         persistent_max_mib: size bound of the persistent queue in MiB of queued requests, besides
             ``queue_spans``; when either is reached clients are asked to retry. Default: 1024.
-        max_batch_mib: queued requests are coalesced into one upstream request up to this size. Default: 4.
+        max_request_mib: the largest request the upstream accepts, in MiB; every upstream request is cut to
+            fit, at resource, scope and span boundaries, after enrichment. Measured on the serialised
+            request before compression, which is what gRPC servers limit (the decompressed message; an
+            OpenTelemetry Collector's default is 4 MiB); OTLP/HTTP servers limit the body as sent, which is
+            never larger (with gzip, the bound leaves room for gzip's worst-case framing). A span too large
+            to fit even alone is refused to its client before acknowledgement (partial success), or
+            forwarded without otelloop's additions when only those make it too large. Default: 4.
+        max_batch_mib: queued requests are coalesced into one upstream request up to this size (and never
+            beyond ``max_request_mib``). Default: 4.
         retry_initial_interval: first backoff. Default: 1s.
         retry_max_interval: backoff cap. Default: 30s.
         shutdown_grace: how long SIGTERM waits for the queue to drain. Default: 30s.
@@ -187,6 +195,7 @@ class ExporterConfig(_Section):
     queue_spans: int = Field(100_000, ge=1)
     persistent_dir: str | None = None
     persistent_max_mib: float = Field(1024, gt=0)
+    max_request_mib: float = Field(4, gt=0, le=2047)
     max_batch_mib: float = Field(4, gt=0)
     retry_initial_interval: Duration = 1.0
     retry_max_interval: Duration = 30.0

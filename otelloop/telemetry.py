@@ -54,10 +54,19 @@ class Metrics:
         self.spans_refused = Counter(
             "otelloop_spans_refused", "Spans refused, by transport and reason "
             "(invalid, too_large, unauthenticated, backpressure).", ["transport", "reason"], registry=r)
+        self.requests_aborted = Counter(
+            "otelloop_requests_aborted", "Requests abandoned before they were read whole, by transport and "
+            "reason (client_gone: the client closed the connection or cancelled; timeout: an HTTP body took "
+            "longer than receiver.http.read_body_timeout).",
+            ["transport", "reason"], registry=r)
         self.spans_exported = Counter("otelloop_spans_exported", "Spans delivered upstream.", registry=r)
         self.spans_export_failed = Counter(
             "otelloop_spans_export_failed", "Spans that could not be delivered upstream, by reason.",
             ["reason"], registry=r)
+        self.spans_enrichment_skipped = Counter(
+            "otelloop_spans_enrichment_skipped", "Spans forwarded without otelloop's events and attributes, "
+            "by reason (too_large: with them the span would exceed exporter.max_request_mib).", ["reason"],
+            registry=r)
         self.export_queue_spans = Gauge("otelloop_export_queue_spans", "Spans waiting in the export queue.",
                                         registry=r)
         self.export_queue_capacity = Gauge("otelloop_export_queue_capacity_spans",

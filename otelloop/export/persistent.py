@@ -35,6 +35,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -127,18 +128,23 @@ class PersistentQueue:
         False when it does not fit or cannot be stored (disk full, I/O error): the client is then refused
         with a retryable error, which is the only safe answer when the data is not on disk.
         """
+        return self.put_many(((data, spans),))
+
+    def put_many(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        """Append the parts of one client request in one transaction: all are stored, or none."""
+        spans = sum(n for _, n in parts)
         if self._rows and (self._spans + spans > self._capacity_spans or self._bytes >= self._capacity_bytes):
             return False
         try:
             with self._db:
-                self._db.execute("INSERT INTO requests (spans, nbytes, data) VALUES (?, ?, ?)",
-                                 (spans, len(data), data))
+                self._db.executemany("INSERT INTO requests (spans, nbytes, data) VALUES (?, ?, ?)",
+                                     ((n, len(data), data) for data, n in parts))
         except sqlite3.Error as e:
             self._storage_failed("store a request", e)
             return False
-        self._rows += 1
+        self._rows += len(parts)
         self._spans += spans
-        self._bytes += len(data)
+        self._bytes += sum(len(data) for data, _ in parts)
         return True
 
     def peek_batch(self, max_bytes: int) -> Batch | None:
