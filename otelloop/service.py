@@ -191,6 +191,8 @@ class Service:
             await self.grpc.stop(min(grace, 5.0))
         for runner in self._runners:
             await runner.cleanup()
+        if hasattr(self, "ingest"):
+            await self.ingest.wait_idle(grace)  # requests whose processing began finish and are queued
         for task in self._tasks:
             task.cancel()
         if self.exporter is not None:
