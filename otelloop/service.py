@@ -116,7 +116,8 @@ class Service:
                                  int(cfg.receiver.grpc.max_request_mib * (1 << 20)), auth, tls)
         await self.grpc.start()
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
-        http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
+        http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth,
+                            cfg.receiver.http.read_body_timeout)
         self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
         admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
@@ -133,7 +134,10 @@ class Service:
 
     async def _serve(self, app: web.Application, endpoint: str, client_certs: bool) -> str:
         host, port = split_host_port(endpoint)
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
+        # keepalive_timeout closes a connection whose request headers are incomplete that long after it
+        # opened (or after its last response): the header read timeout, and the idle keep-alive timeout.
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
+                               keepalive_timeout=self.config.receiver.http.read_header_timeout)
         await runner.setup()
         ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)

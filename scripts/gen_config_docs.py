@@ -88,7 +88,14 @@ def render() -> str:
              "One YAML file holds every setting (`otelloop serve --config FILE`); flags override it; the "
              "`OTEL_EXPORTER_OTLP_TRACES_*` / `OTEL_EXPORTER_OTLP_*` variables configure the upstream where the "
              "file is silent. Durations are written `500ms`, `30s`, `10m`, `1h` or as seconds. Validate a file "
-             "with `otelloop check-config FILE`.", ""]
+             "with `otelloop check-config FILE`.", "",
+             "Every problem is reported with its key path (`state.idle_timeout: ...`) and exit code 2, by `serve` "
+             "before any port opens and by `check-config`: unknown keys, wrong types and out-of-range values, a "
+             "key given twice in one mapping, nesting deeper than 32 levels, numbers that are infinite or not a "
+             "number (`1e400`, `.inf`, `.nan`; a detector threshold documented to accept `.inf` is the only "
+             "exception), timeouts of zero, and files and directories that cannot be used (TLS certificates, "
+             "keys and CA bundles that are missing or do not load, token files, a `persistent_dir` that is not "
+             "a writable directory and cannot be created).", ""]
     for name, model in SECTIONS.items():
         _section(name, model, lines, _nested(model))
     lines += ["### `pricing`", "", "Model name → USD per million tokens, used when a span carries tokens but no "

@@ -80,11 +80,19 @@ class HttpReceiver:
             return web.Response(status=400, text="the request body was cut short")
         except TimeoutError:
             self.ingest.aborted("http", "timeout", f"body not received within {self.body_timeout:g}s")
-            response = web.Response(status=408, text=f"the request body did not arrive within "
-                                                     f"{self.body_timeout:g}s")
-            response.force_close()
-            return response
+            return await self._close_with(request, web.Response(
+                status=408, text=f"the request body did not arrive within {self.body_timeout:g}s"))
         return self._accepted(request, ctype, accepted)
+
+    @staticmethod
+    async def _close_with(request: web.Request, response: web.Response) -> web.Response:
+        """Send ``response`` and close the connection at once (a slow client's rest is not waited for)."""
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        if request.transport is not None:
+            request.transport.close()
+        return response
 
     def _check_auth(self, request: web.Request) -> None:
         if self.auth.enabled and not self.auth.check(request.headers.get("Authorization")):
