@@ -29,7 +29,7 @@ from otelloop.config import ExporterConfig, parse_upstream
 from otelloop.export.grpc import GrpcClient
 from otelloop.export.http import HttpClient
 from otelloop.export.persistent import PersistentQueue
-from otelloop.export.queue import MemoryQueue, SpanQueue
+from otelloop.export.queue import Batch, MemoryQueue, SpanQueue
 from otelloop.export.retry import AttemptResult, Backoff, Outcome, one_line
 from otelloop.logs import ThrottledLog
 from otelloop.otlp import scan
@@ -234,9 +234,24 @@ class Exporter:
             self.release(reservation)
         if self._closing or not self._queue.put_many(parts):
             return False
+        self._queued()
+        return True
+
+    async def offer_parts_async(self, parts: list[Part], reservation: Reservation | None = None) -> bool:
+        """:meth:`offer_parts`, leaving the event loop free while a persistent queue writes to disk."""
+        put = getattr(self._queue, "put_many_async", None)
+        if put is None:
+            return self.offer_parts(parts, reservation)
+        if reservation is not None:
+            self.release(reservation)
+        if self._closing or not await put(parts):
+            return False
+        self._queued()
+        return True
+
+    def _queued(self) -> None:
         self._update_gauge()
         self._wakeup.set()
-        return True
 
     def prepare(self, processed: Processed) -> Generator[None, None, list[Part]]:
         """The parts of a processed request cut to :attr:`max_request_bytes` (yields at checkpoints).
@@ -321,7 +336,7 @@ class Exporter:
         alone = 0  # requests still to be sent one at a time after such a rejection
         while True:
             try:
-                batch = self._queue.peek_batch(0 if alone else self._max_batch_bytes)
+                batch = await self._peek(0 if alone else self._max_batch_bytes)
             except Exception:  # a storage error of the persistent queue: the data stays, try again later
                 log.debug("reading the export queue failed", exc_info=True)
                 await asyncio.sleep(1.0)
@@ -352,9 +367,20 @@ class Exporter:
                     await self._deliver_in_parts(batch.data, batch.spans, len(batch.data) // 2)
                 else:
                     self._settle(batch.spans, result)
-            self._queue.ack(batch)
+            await self._ack(batch)
             alone = max(alone - 1, 0)
             self._update_gauge()
+
+    async def _peek(self, max_bytes: int) -> Batch | None:
+        peek = getattr(self._queue, "peek_batch_async", None)
+        return await peek(max_bytes) if peek is not None else self._queue.peek_batch(max_bytes)
+
+    async def _ack(self, batch: Batch) -> None:
+        ack = getattr(self._queue, "ack_async", None)
+        if ack is not None:
+            await ack(batch)
+        else:
+            self._queue.ack(batch)
 
     async def _deliver(self, data: bytes) -> AttemptResult:
         """Send one request until it succeeds or is refused for good; retryable failures never end it."""

@@ -265,7 +265,7 @@ class Ingest:
             accepted = Accepted(decoded.spans, too_large, _too_large_message(decoded) if too_large else "")
             if (large is None and len(decoded.steps) <= INLINE_STEPS
                     and not (self.gate.busy and self.gate.conflicts(decoded.steps))):
-                self._commit_inline(decoded, reservation)
+                await self._commit_inline(decoded, reservation)
                 return accepted
             claim = self.gate.claim(decoded.steps)  # now, so a request admitted after this one waits for it
             task = asyncio.ensure_future(self._commit(decoded, reservation, large, claim))
@@ -291,13 +291,14 @@ class Ingest:
 
     # -- processing --------------------------------------------------------------------------------
 
-    def _commit_inline(self, decoded: Decoded, reservation: Reservation | None) -> None:
-        """Process and queue a small request without pausing (nothing else runs meanwhile)."""
+    async def _commit_inline(self, decoded: Decoded, reservation: Reservation | None) -> None:
+        """Process a small request without pausing (nothing else runs meanwhile), then queue it (a
+        persistent queue writes it to disk with the loop free)."""
         try:
             processed = self.pipeline.process(decoded)
             if self.exporter is not None:
                 parts = run_steps(self.exporter.prepare(processed))
-                self._offer(parts, processed.spans, reservation)
+                await self._offer(parts, processed.spans, reservation)
         finally:
             if reservation is not None and self.exporter is not None:
                 self.exporter.release(reservation)
@@ -312,7 +313,7 @@ class Ingest:
             processed = await drive(self.pipeline.process_steps(decoded))
             if self.exporter is not None:
                 parts = await drive(self.exporter.prepare(processed))
-                self._offer(parts, processed.spans, reservation)
+                await self._offer(parts, processed.spans, reservation)
             await drive(_forget(decoded.steps, processed.findings))
         finally:
             self.gate.release(mine, sessions)
@@ -321,9 +322,9 @@ class Ingest:
             if large is not None:
                 large.release()
 
-    def _offer(self, parts: list[tuple[bytes, int]], spans: int, reservation: Reservation | None) -> None:
+    async def _offer(self, parts: list[tuple[bytes, int]], spans: int, reservation: Reservation | None) -> None:
         assert self.exporter is not None
-        if not self.exporter.offer_parts(parts, reservation):
+        if not await self.exporter.offer_parts_async(parts, reservation):
             # Room was reserved at admission, so only shutdown or a storage error of the persistent queue
             # gets here. The data is not safe, so the client must retry: success would be a lie.
             log.error("export queue could not store an admitted request; the client is asked to retry")
