@@ -428,8 +428,8 @@ def _describe(schema: dict[str, Any]) -> str | None:
     if text is None:
         return None
     bounds = []
-    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
-                    ("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+                    ("exclusiveMaximum", "<"), ("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
         if key in schema:
             bound = schema[key]
             bounds.append(f"{op} {bound:g}" if isinstance(bound, float) else f"{op} {bound}")
@@ -607,7 +607,8 @@ def _tls_problems(cfg: Config) -> list[str]:
         try:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(rtls.cert_file, rtls.key_file)  # type: ignore[arg-type]
         except (ssl.SSLError, OSError) as e:
-            errors.append(f"receiver.tls.cert_file: cannot load it with receiver.tls.key_file ({_ssl_reason(e)})")
+            errors.append("receiver.tls.cert_file: cannot load it with receiver.tls.key_file "
+                          f"({_ssl_reason(e)})")
     if rtls.client_ca_file:
         try:
             ssl.create_default_context().load_verify_locations(rtls.client_ca_file)
@@ -622,7 +623,8 @@ def _tls_problems(cfg: Config) -> list[str]:
         try:
             ssl.create_default_context().load_cert_chain(etls.cert_file, etls.key_file)
         except (ssl.SSLError, OSError) as e:
-            errors.append(f"exporter.tls.cert_file: cannot load it with exporter.tls.key_file ({_ssl_reason(e)})")
+            errors.append("exporter.tls.cert_file: cannot load it with exporter.tls.key_file "
+                          f"({_ssl_reason(e)})")
     return errors
 
 
@@ -683,7 +685,8 @@ def _key_label(node: Any) -> str:
 
 
 def _dotted(parts: list[str]) -> str:
-    return "".join(p if p.startswith("[") or i == 0 else f".{p}" for i, p in enumerate(parts)) or "(top level)"
+    joined = "".join(p if p.startswith("[") or i == 0 else f".{p}" for i, p in enumerate(parts))
+    return joined or "(top level)"
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -34,5 +34,6 @@ class ThrottledLog:
             return False
         self._last[key] = now
         skipped = self._skipped.pop(key, 0)
-        self._log.log(level, "%s%s", text, f" (and {skipped} more like it since the last line)" if skipped else "")
+        more = f" (and {skipped} more like it since the last line)" if skipped else ""
+        self._log.log(level, "%s%s", text, more)
         return True

@@ -80,10 +80,13 @@ class Decoded:
     mapping_errors: list[str]
     chunks: list[Part] | None = None
     too_large: list[tuple[Position, int]] = field(default_factory=list)
+    session_ids: list[str] | None = None
 
-    def sessions(self) -> set[str]:
-        """The sessions this request's steps belong to."""
-        return {item[1].session for item in self.steps}
+    def sessions(self) -> list[str]:
+        """The distinct sessions of this request's steps (gathered while decoding in chunks)."""
+        if self.session_ids is None:
+            self.session_ids = list(dict.fromkeys(item[1].session for item in self.steps))
+        return self.session_ids
 
 
 @dataclass(slots=True)
@@ -196,6 +199,7 @@ class Pipeline:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
         runs: list[list[tuple[Position, Step, SpanInfo]]] = []
         errors: list[str] = []
+        sessions: dict[str, None] = {}
         base = 0
         for chunk, _ in chunks:
             chunk_steps, spans, chunk_errors = yield from _read_steps(scanner, map_span, chunk, base)
@@ -203,6 +207,7 @@ class Pipeline:
             runs.append(chunk_steps)
             errors += chunk_errors
             base += spans
+            sessions.update(dict.fromkeys(item[1].session for item in chunk_steps))
             yield
         if len(runs) == 1:
             steps = runs[0]
@@ -212,7 +217,7 @@ class Pipeline:
                 steps.append(item)
                 if len(steps) % 4096 == 0:
                     yield
-        return Decoded(data, base, steps, errors, chunks, too_large)
+        return Decoded(data, base, steps, errors, chunks, too_large, list(sessions))
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 

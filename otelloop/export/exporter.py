@@ -290,8 +290,8 @@ class Exporter:
         if unenriched:
             self._metrics.spans_enrichment_skipped.labels("too_large").inc(unenriched)
             self._throttled("unenriched", logging.WARNING,
-                            f"forwarded {unenriched} spans without otelloop's events and attributes: with them "
-                            f"a span would exceed exporter.max_request_mib ({limit} bytes)")
+                            f"forwarded {unenriched} spans without otelloop's events and attributes: with "
+                            f"them a span would exceed exporter.max_request_mib ({limit} bytes)")
         if failed:
             self._drop(failed, "too_large", f"a span alone exceeds exporter.max_request_mib ({limit} bytes)")
         return out
@@ -349,8 +349,8 @@ class Exporter:
                 continue
             if len(batch.data) > self.max_request_bytes:  # one request queued over the bound
                 self._throttled("oversized_queued", logging.WARNING,
-                                f"a queued request of {len(batch.data)} bytes exceeds exporter.max_request_mib "
-                                f"({self.max_request_bytes} bytes); sending it in parts")
+                                f"a queued request of {len(batch.data)} bytes exceeds "
+                                f"exporter.max_request_mib ({self.max_request_bytes} B); sending it in parts")
                 await self._deliver_in_parts(batch.data, batch.spans, self.max_request_bytes)
             else:
                 result = await self._deliver(batch.data)
@@ -361,8 +361,8 @@ class Exporter:
                     continue
                 if _too_large(result) and batch.spans > 1:
                     self._throttled("halve", logging.WARNING,
-                                    f"{self._client.description} refused a request of {len(batch.data)} bytes "
-                                    f"as too large ({result.status}); sending it in halves (set "
+                                    f"{self._client.description} refused a request of {len(batch.data)} "
+                                    f"bytes as too large ({result.status}); sending it in halves (set "
                                     f"exporter.max_request_mib to the upstream's limit)")
                     await self._deliver_in_parts(batch.data, batch.spans, len(batch.data) // 2)
                 else:

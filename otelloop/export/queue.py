@@ -9,8 +9,8 @@ not yet delivered or dropped", including the batch currently on the wire.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 

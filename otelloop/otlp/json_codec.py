@@ -150,7 +150,8 @@ class _Pieces:
         while True:
             key, i = self.value(i)
             if not isinstance(key, str):
-                raise JSONDecodeError(f"not valid JSON: object keys must be strings (at {where or 'top level'})")
+                raise JSONDecodeError("not valid JSON: object keys must be strings "
+                                      f"(at {where or 'top level'})")
             i = self.ws(i)
             if self.char(i) != ":":
                 raise JSONDecodeError(f"not valid JSON: expected ':' at character {i}")

@@ -37,9 +37,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from otelloop.logs import ThrottledLog
-from otelloop.model import Step
-from otelloop.otlp.scan import SpanInfo
-from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline, Position
+from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline
 from otelloop.pipeline import run as run_steps
 from otelloop.telemetry import Metrics
 
@@ -126,7 +124,8 @@ class BearerAuth:
         return ok
 
 
-Item = tuple[Position, Step, SpanInfo]
+#: A claim on sessions: (this claim, its sessions, the earlier claims to wait for).
+Claim = tuple["asyncio.Future[None]", list[str], list["asyncio.Future[None]"]]
 
 
 class SessionGate:
@@ -145,26 +144,21 @@ class SessionGate:
         """Whether any request holds a claim (only then can a new request have to wait)."""
         return bool(self._last)
 
-    def conflicts(self, steps: list[Item]) -> bool:
-        """Whether one of these steps' sessions is claimed."""
+    def conflicts(self, sessions: list[str]) -> bool:
+        """Whether one of these sessions is claimed."""
         last = self._last
-        return any(item[1].session in last for item in steps)
+        return any(session in last for session in sessions)
 
-    def claim(self, steps: list[Item]) -> tuple[asyncio.Future[None], list[str], list[asyncio.Future[None]]]:
-        """Claim the steps' sessions: (this claim, the sessions, the earlier claims to wait for)."""
+    def claim(self, sessions: list[str]) -> Claim:
+        """Claim distinct sessions: (this claim, the sessions, the earlier claims to wait for)."""
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         last = self._last
-        sessions: list[str] = []
         earlier: dict[int, asyncio.Future[None]] = {}
-        for item in steps:
-            session = item[1].session
+        for session in sessions:
             prev = last.get(session)
-            if prev is mine:
-                continue
             if prev is not None:
                 earlier[id(prev)] = prev
             last[session] = mine
-            sessions.append(session)
         return mine, sessions, list(earlier.values())
 
     def release(self, mine: asyncio.Future[None], sessions: list[str]) -> None:
@@ -218,8 +212,8 @@ class Ingest:
             raise Refusal("backpressure", "otelloop is shutting down; retry against another replica")
         exporter = self.exporter
         span_limit = exporter.max_request_bytes if exporter is not None else None
-        if len(data) <= CHUNK_BYTES and (span_limit is None or len(data) <= span_limit):
-            decoded = self._decode_inline(data)
+        if len(data) <= CHUNK_BYTES:
+            decoded = self._decode_inline(data, span_limit)
             return await self._admit(decoded, transport, None)
         if self._large is None:
             self._large = LargeRequests()
@@ -231,9 +225,9 @@ class Ingest:
             raise
         return await self._admit(decoded, transport, self._large)
 
-    def _decode_inline(self, data: bytes) -> Decoded:
+    def _decode_inline(self, data: bytes, span_limit: int | None) -> Decoded:
         try:
-            return self.pipeline.decode(data)
+            return run_steps(self.pipeline.decode_steps(data, CHUNK_BYTES, span_limit))
         except InvalidRequest as e:
             raise Refusal("invalid", str(e)) from None
 
@@ -264,10 +258,10 @@ class Ingest:
                     raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
             accepted = Accepted(decoded.spans, too_large, _too_large_message(decoded) if too_large else "")
             if (large is None and len(decoded.steps) <= INLINE_STEPS
-                    and not (self.gate.busy and self.gate.conflicts(decoded.steps))):
+                    and not (self.gate.busy and self.gate.conflicts(decoded.sessions()))):
                 await self._commit_inline(decoded, reservation)
                 return accepted
-            claim = self.gate.claim(decoded.steps)  # now, so a request admitted after this one waits for it
+            claim = self.gate.claim(decoded.sessions())  # now: a request admitted after this one waits for it
             task = asyncio.ensure_future(self._commit(decoded, reservation, large, claim))
             handed_over = True
             self._tasks.add(task)
@@ -304,7 +298,7 @@ class Ingest:
                 self.exporter.release(reservation)
 
     async def _commit(self, decoded: Decoded, reservation: Reservation | None, large: LargeRequests | None,
-                      claim: tuple[asyncio.Future[None], list[str], list[asyncio.Future[None]]]) -> None:
+                      claim: Claim) -> None:
         """Process and queue a request in slices, holding its sessions (runs as a task of its own)."""
         mine, sessions, earlier = claim
         try:
@@ -322,7 +316,8 @@ class Ingest:
             if large is not None:
                 large.release()
 
-    async def _offer(self, parts: list[tuple[bytes, int]], spans: int, reservation: Reservation | None) -> None:
+    async def _offer(self, parts: list[tuple[bytes, int]], spans: int,
+                     reservation: Reservation | None) -> None:
         assert self.exporter is not None
         if not await self.exporter.offer_parts_async(parts, reservation):
             # Room was reserved at admission, so only shutdown or a storage error of the persistent queue
@@ -332,8 +327,9 @@ class Ingest:
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None and not isinstance(task.exception(), Refusal):
-            log.error("processing a request failed", exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, Refusal):
+            log.error("processing a request failed", exc_info=error)
 
     def aborted(self, transport: str, reason: str = "client_gone", detail: str = "") -> None:
         """Count a request abandoned before it was read whole, with one log line now and then (never a
