@@ -32,7 +32,8 @@ def _timed(self: events.Handle) -> None:
         took = time.thread_time() - started
         _durations.append(took)
         if took > 0.05:
-            _slow.append((took, repr(self)[:300]))
+            owner = getattr(getattr(self, "_callback", None), "__self__", None)
+            _slow.append((took, f"{self!r} -> {owner!r}"[:400]))
 
 
 def _report(path: str) -> None:

@@ -25,7 +25,7 @@ Part = tuple[bytes, int]
 WRAP = 6
 
 #: The generator yields None after walking or packing this many spans.
-CHECKPOINT_SPANS = 4096
+CHECKPOINT_SPANS = 1024
 
 #: What to do with a span too large to fit in a part even alone: called with the span's index in the
 #: request (in reading order), its bytes and the size a part holding only it would have; returns the
@@ -258,15 +258,22 @@ class _Packer:
             self.run_start = self.run_end = -1
 
     def flush(self) -> None:
+        """Close the current part: its pieces are framed and copied once, into one bytes object."""
         self._close_run()
         if not self.resources:
             return
-        body = [self.top]
+        pieces = [self.top]
         for rs_header, scopes in self.resources:
-            rs_body = rs_header + b"".join(_delimited(_TAG_SS, ss_header + b"".join(spans))
-                                           for ss_header, spans in scopes)
-            body.append(_delimited(_TAG_RS, rs_body))
-        self.done.append((b"".join(body), self.spans))
+            rs_pieces: list[bytes] = [rs_header]
+            rs_len = len(rs_header)
+            for ss_header, spans in scopes:
+                ss_len = len(ss_header) + sum(len(s) for s in spans)
+                prefix = bytes((_TAG_SS,)) + _encode_varint(ss_len)
+                rs_pieces += (prefix, ss_header, *spans)
+                rs_len += len(prefix) + ss_len
+            pieces.append(bytes((_TAG_RS,)) + _encode_varint(rs_len))
+            pieces += rs_pieces
+        self.done.append((b"".join(pieces), self.spans))
         self._reset()
 
 

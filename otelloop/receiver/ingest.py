@@ -4,10 +4,11 @@ Both receivers await :meth:`Ingest.handle`; a refusal is raised as :class:`Refus
 detector state changes, so a client that retries a refused request does not count twice.
 
 The event loop that runs the receivers also answers ``/healthz``, ``/readyz`` and ``/metrics``, so no
-request may hold it for long. A small request is handled in one go (it takes a few milliseconds). A
-large one is handled in slices of about :data:`SLICE_SECONDS`: it is read in chunks, its steps are
-detected a few hundred at a time and its parts are cut for the upstream piece by piece, with the loop
-free to serve everything else in between. Three rules keep that safe:
+request may hold it for long. A small request (at most ``CHUNK_BYTES`` and :data:`INLINE_STEPS` steps)
+is handled in one go: it takes a few milliseconds. A larger one is handled in slices of about
+:data:`SLICE_SECONDS`: it is read in chunks, its steps are detected a few dozen at a time and its parts
+are cut for the upstream piece by piece, with the loop free to serve everything else in between. Three
+rules keep that safe:
 
 * **Nothing changes before the whole request is decoded.** Room in the export queue is then reserved
   (:meth:`Exporter.reserve`), so the request cannot be refused for lack of room once its detectors ran.
@@ -60,6 +61,7 @@ SLICE_SECONDS = 0.01
 #: A request with at most this many steps (and read in one chunk) is processed in one go: even with every
 #: detector busy on every step that stays within a few tens of milliseconds.
 INLINE_STEPS = 512
+
 
 class LargeRequests:
     """The right to handle a large request (read in chunks): one at a time, with the cyclic garbage
@@ -309,6 +311,7 @@ class Ingest:
                 parts = await drive(self.exporter.prepare(processed))
                 await self._offer(parts, processed.spans, reservation)
             await drive(_forget(decoded.steps, processed.findings))
+            await drive(_forget(processed.parts, decoded.chunks or [], batch=1))  # megabytes each
         finally:
             self.gate.release(mine, sessions)
             if reservation is not None and self.exporter is not None:
@@ -354,11 +357,12 @@ def _too_large_message(decoded: Decoded) -> str:
             f"scope; exporter.max_request_mib allows fewer)")
 
 
-def _forget(*lists: list[Any]) -> Generator[None, None, None]:
-    """Empty large lists a slice at a time: freeing a few hundred thousand steps at once takes long too."""
+def _forget(*lists: list[Any], batch: int = 4096) -> Generator[None, None, None]:
+    """Empty large lists a slice at a time: freeing a few hundred thousand steps, or hundreds of MiB of
+    enriched requests, at once takes long too."""
     for items in lists:
         while items:
-            del items[-4096:]
+            del items[-batch:]
             yield
 
 
