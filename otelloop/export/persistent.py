@@ -25,9 +25,11 @@ thread and suit callers without a loop.
 
 Bounds. The queue holds at most ``capacity_spans`` spans and ``capacity_bytes`` bytes of requests, and, like
 the in-memory queue, takes one request of any size when it is empty. The byte bound is checked at
-admission against the size of the received request (:meth:`has_room`); the request actually stored can be
-slightly larger (the findings and attributes added to it), so the file can overshoot the bound by one
-request's enrichment rather than refuse a request that was already admitted.
+admission against the size of the received request (:meth:`has_room`); what is actually stored is larger
+by the findings and attributes added to it (a few per cent usually, several times for a request whose every
+span gets findings), so the file can overshoot the bound by the enrichment of the requests in flight rather
+than refuse a request that was already admitted. One client request may be stored as several rows (its
+parts, each within ``exporter.max_request_mib``), written in one transaction.
 
 Damage. A file that SQLite cannot open or that fails ``PRAGMA quick_check`` or has an unknown layout is
 renamed to ``<name>.corrupt-<UTC timestamp>`` (with its ``-wal`` file), logged as an error naming both
