@@ -1,4 +1,4 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or OTLP/JSON, gzip in and out (SPEC §2).
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or OTLP/JSON, gzip in and out.
 
 Slow and vanishing clients: the body must arrive within ``receiver.http.read_body_timeout`` (else 408 and
 the connection is closed); headers within ``read_header_timeout`` (applied by the listener, see
