@@ -11,14 +11,20 @@ import click
 import yaml
 
 from otelloop import __version__
-from otelloop.config import ConfigError, effective_config, load_config
+from otelloop.config import ConfigError, check_files, effective_config, load_config
 from otelloop.model import VERDICT_RANK
 from otelloop.otlp import scan
 
 
-def _load(path: str | None, overrides: dict[str, Any]):  # type: ignore[no-untyped-def]
+def _load(path: str | None, overrides: dict[str, Any], files: bool = False):  # type: ignore[no-untyped-def]
+    """The validated configuration, or exit 2 with one line per problem. ``files``: also check that the
+    files and directories it names are usable (for ``serve`` and ``check-config``)."""
     try:
-        return load_config(path, overrides)
+        config = load_config(path, overrides)
+        problems = check_files(config) if files else []
+        if problems:
+            raise ConfigError(problems)
+        return config
     except ConfigError as e:
         for line in e.errors:
             click.echo(f"otelloop: configuration error: {line}", err=True)
@@ -50,7 +56,7 @@ def serve(config_path: str | None, upstream: str | None, grpc_endpoint: str | No
              "receiver.http.endpoint": http_endpoint, "admin.endpoint": admin_endpoint,
              "state.group_by": group_by}
     overrides = {k: v for k, v in flags.items() if v is not None}
-    config = _load(config_path, overrides)
+    config = _load(config_path, overrides, files=True)
     from otelloop.service import serve as run
 
     run(config, config_path, overrides, ready_file)
@@ -60,7 +66,7 @@ def serve(config_path: str | None, upstream: str | None, grpc_endpoint: str | No
 @click.argument("file", type=click.Path(dir_okay=False))
 def check_config(file: str) -> None:
     """Validate FILE and print the effective configuration."""
-    config = _load(file, {})
+    config = _load(file, {}, files=True)
     click.echo(yaml.safe_dump(effective_config(config), sort_keys=False), nl=False)
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, MIN_STRING_BYTES
 from otelloop.detectors.base import DetectorConfig
-from otelloop.units import Duration, parse_duration  # noqa: F401  (re-exported)
+from otelloop.units import Duration, PositiveDuration, parse_duration  # noqa: F401  (re-exported)
 from otelloop.detectors.registry import registered
 
 
@@ -87,12 +87,20 @@ class HttpEndpointConfig(EndpointConfig):
     """The OTLP/HTTP listener (``POST /v1/traces``, protobuf or JSON, optionally gzip).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port.
-        max_request_mib: request size limit after decompression, in MiB; a larger request gets HTTP 413
-            (gzip bodies are cut off at the limit, never inflated whole).
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4318``.
+        max_request_mib: request size limit after decompression, in MiB (HTTP 413 beyond it; gzip bodies
+            are cut off at the limit, never inflated whole; a body of several gzip members counts as
+            their contents together). Default: 64.
+        read_header_timeout: a connection whose request headers are not complete this long after it
+            opened, or after the previous response on it, is closed; this is also how long an idle
+            keep-alive connection stays open (the admin listener uses the same value). Default: 30s.
+        read_body_timeout: a request body not received whole this long after its headers is answered
+            408 and its connection closed (counted in ``otelloop_requests_aborted_total``). Default: 60s.
     """
 
     endpoint: str = "0.0.0.0:4318"
+    read_header_timeout: PositiveDuration = 30.0
+    read_body_timeout: PositiveDuration = 60.0
 
 
 class AuthConfig(_Section):
@@ -186,22 +194,32 @@ class ExporterConfig(_Section):
         persistent_dir: directory of a SQLite-backed queue that survives restarts and crashes; a request
             is acknowledged to the client only once it is on disk; null: the queue is in memory.
         persistent_max_mib: size bound of the persistent queue in MiB of queued requests, besides
-            ``queue_spans``; when either is reached clients are asked to retry.
-        max_batch_mib: queued requests are coalesced into one upstream request up to this size.
-        retry_initial_interval: first backoff after a failed attempt; it doubles on each retry.
-        retry_max_interval: backoff cap.
-        shutdown_grace: how long SIGTERM waits for the queue to drain.
-        tls: TLS settings towards the upstream.
+            ``queue_spans``; when either is reached clients are asked to retry. Default: 1024.
+        max_request_mib: the largest request the upstream accepts, in MiB; every upstream request is cut to
+            fit, at resource, scope and span boundaries, after enrichment. Measured on the serialised
+            request before compression, which is what gRPC servers limit (the decompressed message; an
+            OpenTelemetry Collector's default is 4 MiB); OTLP/HTTP servers limit the body as sent, which is
+            never larger (with gzip, the bound leaves room for gzip's worst-case framing). A span too large
+            to fit even alone is refused to its client before acknowledgement (partial success), or
+            forwarded without otelloop's additions when only those make it too large. Default: 4.
+        max_batch_mib: queued requests are coalesced into one upstream request up to this size (and never
+            beyond ``max_request_mib``). Default: 4.
+        retry_initial_interval: first backoff. Default: 1s.
+        retry_max_interval: backoff cap. Default: 30s.
+        shutdown_grace: how long SIGTERM waits for the queue to drain. Default: 30s.
+        tls: TLS settings towards the upstream. Default: plaintext unless the endpoint is ``grpcs://`` or
+            ``https://``.
     """
 
     endpoint: str | None = None
     protocol: Literal["grpc", "http/protobuf"] = "grpc"
     headers: dict[str, str] = {}
     compression: Literal["gzip", "none"] = "gzip"
-    timeout: Duration = 10.0
+    timeout: PositiveDuration = 10.0
     queue_spans: int = Field(100_000, ge=1)
     persistent_dir: str | None = None
     persistent_max_mib: float = Field(1024, gt=0)
+    max_request_mib: float = Field(4, gt=0, le=2047)
     max_batch_mib: float = Field(4, gt=0)
     retry_initial_interval: Duration = 1.0
     retry_max_interval: Duration = 30.0
@@ -300,7 +318,7 @@ class StateConfig(_Section):
 
     group_by: Literal["trace", "session"] = "trace"
     max_sessions: int = Field(100_000, ge=1)
-    idle_timeout: Duration = 1800.0
+    idle_timeout: PositiveDuration = 1800.0
 
 
 class ModelPrice(_Section):
@@ -531,10 +549,13 @@ def _describe(schema: dict[str, Any]) -> str | None:
     if text is None:
         return None
     bounds = []
-    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
+    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+                    ("exclusiveMaximum", "<"), ("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
         if key in schema:
             bound = schema[key]
             bounds.append(f"{op} {bound:g}" if isinstance(bound, float) else f"{op} {bound}")
+    if schema.get("duration") and bounds:  # "a duration like 30s, 10m or 1h, > 0"
+        return f"{text}, {' '.join(bounds)}"
     return " ".join([text, *bounds])
 
 
@@ -616,11 +637,27 @@ def build_config(raw: Mapping[str, Any] | None, env: Mapping[str, str] | None = 
     errors.extend(det_errors)
     if cfg is not None:
         errors.extend(_cross_checks(cfg))
+        errors.extend(_non_finite(cfg.model_dump()))
+    # A detector threshold of .inf is documented to switch that check off; NaN means nothing anywhere.
+    errors.extend(_non_finite({k: v.model_dump() for k, v in detectors.items()}, "detectors", allow_inf=True))
     if errors or cfg is None:
         raise ConfigError(errors)
     built = cfg.model_copy(update={"detectors": detectors})
     built._profile = profile
     return built
+
+
+def _non_finite(data: Any, path: str = "", allow_inf: bool = False) -> list[str]:
+    """Key paths of numbers that are infinite or not a number (``1e400``, ``.inf``, ``.nan``): a limit of
+    infinity silently disables what it limits, and NaN compares false with everything."""
+    if isinstance(data, float) and (math.isnan(data) or (math.isinf(data) and not allow_inf)):
+        return [f"{path}: must be a finite number, got {data}"]
+    if isinstance(data, Mapping):
+        return [e for k, v in data.items()
+                for e in _non_finite(v, f"{path}.{k}" if path else str(k), allow_inf)]
+    if isinstance(data, (list, tuple)):
+        return [e for i, v in enumerate(data) for e in _non_finite(v, f"{path}[{i}]", allow_inf)]
+    return []
 
 
 def _cross_checks(cfg: Config) -> list[str]:
@@ -636,11 +673,161 @@ def _cross_checks(cfg: Config) -> list[str]:
     tls = cfg.receiver.tls
     if bool(tls.cert_file) != bool(tls.key_file):
         errors.append("receiver.tls: cert_file and key_file must be set together")
+    if bool(ex.tls.cert_file) != bool(ex.tls.key_file):
+        errors.append("exporter.tls: cert_file and key_file must be set together")
     if tls.client_ca_file and not tls.enabled:
         errors.append("receiver.tls.client_ca_file: needs cert_file and key_file")
     if cfg.admin.allow_remote_without_token and cfg.admin.read_localhost_only:
         errors.append("admin.allow_remote_without_token: cannot be true together with admin.read_localhost_only")
     return errors
+
+
+def check_files(cfg: Config) -> list[str]:
+    """Problems with the files and directories the configuration names, each with its key path.
+
+    ``serve`` and ``check-config`` run this after validation, so a missing certificate or an unusable
+    queue directory is a configuration error (exit code 2) before any port opens, not a failure halfway
+    through start-up.
+    """
+    errors: list[str] = []
+    rtls, etls = cfg.receiver.tls, cfg.exporter.tls
+    for key, path in (("receiver.tls.cert_file", rtls.cert_file), ("receiver.tls.key_file", rtls.key_file),
+                      ("receiver.tls.client_ca_file", rtls.client_ca_file),
+                      ("exporter.tls.ca_file", etls.ca_file), ("exporter.tls.cert_file", etls.cert_file),
+                      ("exporter.tls.key_file", etls.key_file),
+                      ("receiver.auth.bearer_tokens_file", cfg.receiver.auth.bearer_tokens_file),
+                      ("admin.token_file", cfg.admin.token_file)):
+        if path:
+            problem = _unreadable(path)
+            if problem:
+                errors.append(f"{key}: {problem}, got {_json(path)}")
+    if not errors:
+        errors.extend(_tls_problems(cfg))
+    if cfg.exporter.persistent_dir:
+        problem = _unusable_dir(cfg.exporter.persistent_dir)
+        if problem:
+            errors.append(f"exporter.persistent_dir: {problem}, got {_json(cfg.exporter.persistent_dir)}")
+    return errors
+
+
+def _unreadable(path: str) -> str | None:
+    p = Path(path)
+    if not p.exists():
+        return "no such file"
+    if not p.is_file():
+        return "not a file"
+    if not os.access(p, os.R_OK):
+        return "not readable"
+    return None
+
+
+def _unusable_dir(path: str) -> str | None:
+    """Why a directory cannot hold the queue: it must exist and be writable, or be creatable."""
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            return "not a directory"
+        if not os.access(p, os.W_OK | os.X_OK):
+            return "not writable"
+        return None
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"does not exist and cannot be created ({parent} is not a writable directory)"
+    return None
+
+
+def _tls_problems(cfg: Config) -> list[str]:
+    """Certificates and keys that exist but cannot be loaded (not PEM, key not matching the certificate)."""
+    import ssl
+
+    errors = []
+    rtls, etls = cfg.receiver.tls, cfg.exporter.tls
+    if rtls.enabled:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(rtls.cert_file, rtls.key_file)  # type: ignore[arg-type]
+        except (ssl.SSLError, OSError) as e:
+            errors.append("receiver.tls.cert_file: cannot load it with receiver.tls.key_file "
+                          f"({_ssl_reason(e)})")
+    if rtls.client_ca_file:
+        try:
+            ssl.create_default_context().load_verify_locations(rtls.client_ca_file)
+        except (ssl.SSLError, OSError) as e:
+            errors.append(f"receiver.tls.client_ca_file: cannot load it ({_ssl_reason(e)})")
+    if etls.ca_file:
+        try:
+            ssl.create_default_context().load_verify_locations(etls.ca_file)
+        except (ssl.SSLError, OSError) as e:
+            errors.append(f"exporter.tls.ca_file: cannot load it ({_ssl_reason(e)})")
+    if etls.cert_file and etls.key_file:
+        try:
+            ssl.create_default_context().load_cert_chain(etls.cert_file, etls.key_file)
+        except (ssl.SSLError, OSError) as e:
+            errors.append("exporter.tls.cert_file: cannot load it with exporter.tls.key_file "
+                          f"({_ssl_reason(e)})")
+    return errors
+
+
+def _ssl_reason(error: Exception) -> str:
+    return getattr(error, "reason", None) or getattr(error, "strerror", None) or str(error)
+
+
+#: Deepest nesting of mappings and lists a configuration file may have (the real keys need four levels).
+MAX_YAML_DEPTH = 32
+
+
+class _YAMLProblem(Exception):
+    """A structural problem of the file, found while reading it; the message names the key path."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """The safe loader, refusing what it would otherwise accept silently or crash on.
+
+    Two keys equal in one mapping are an error naming both lines (the plain loader keeps the last one, so
+    a setting could be overridden without anyone noticing), and nesting deeper than
+    :data:`MAX_YAML_DEPTH` is an error naming where it starts (the plain loader recurses until Python's
+    recursion limit and fails with a traceback).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._path: list[str] = []
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        labelled = parent is not None and index is not None
+        if labelled:
+            self._path.append(f"[{index}]" if isinstance(index, int) else _key_label(index))
+        try:
+            if len(self._path) > MAX_YAML_DEPTH:
+                raise _YAMLProblem(f"{_dotted(self._path[:4])}: nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            if labelled:
+                self._path.pop()
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        seen: dict[Any, int] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            label = (key.tag, key.value)
+            line = key.start_mark.line + 1
+            if label in seen:
+                where = _dotted([*self._path, str(key.value)])
+                raise _YAMLProblem(f"{where}: duplicate key (lines {seen[label]} and {line})")
+            seen[label] = line
+        return node
+
+
+def _key_label(node: Any) -> str:
+    return str(node.value) if isinstance(node, yaml.ScalarNode) else "?"
+
+
+def _dotted(parts: list[str]) -> str:
+    joined = "".join(p if p.startswith("[") or i == 0 else f".{p}" for i, p in enumerate(parts))
+    return joined or "(top level)"
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -649,10 +836,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         text = Path(path).read_text()
     except OSError as e:
         raise ConfigError([f"{path}: cannot read ({e.strerror})"]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+    except _YAMLProblem as e:
+        raise ConfigError([str(e)]) from None
     except yaml.YAMLError as e:
         raise ConfigError([f"{path}: not valid YAML ({e})"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

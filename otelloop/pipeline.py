@@ -4,16 +4,28 @@ This is the only module that knows every stage. It is split in two phases so a r
 request after decoding it and before anything changes: :meth:`Pipeline.decode` is free of side effects
 on detector state, :meth:`Pipeline.process` updates sessions and returns the bytes to forward. ``serve``
 and ``analyze`` both use it, so the same input gives the same findings live and offline.
+
+Each phase is written as a generator that yields ``None`` at checkpoints (every few hundred steps, and
+between the chunks a large request is read in), so the service can run a request of hundreds of thousands
+of spans in slices and keep answering probes and other clients in between (see
+``otelloop.receiver.ingest``); :meth:`Pipeline.decode` and :meth:`Pipeline.process` run them to the end.
+A large request is read as chunks of about :data:`CHUNK_BYTES`: each chunk is a complete request holding a
+run of spans with their resource and scope (``otelloop.otlp.split``), so no single read of the native
+reader walks more than one chunk, and the steps of all chunks are merged back into time order.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import heapq
+import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from otelloop.config import Config, build_config
 from otelloop.detectors.base import StepContext
@@ -22,14 +34,25 @@ from otelloop.mapping.mapper import Mapper
 from otelloop.model import AttrValue, Finding, Step
 from otelloop.otlp import scan, wire
 from otelloop.otlp.scan import SpanInfo
+from otelloop.otlp.split import Part, split_request
 from otelloop.state import RECENT_STEPS, Session, SessionStore, push_recent
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: A span's index in its request, in reading order (see ``otelloop.otlp.scan``).
 Position = int
 FindingSink = Callable[[Step, Finding], None]
+#: A request larger than this is read in chunks of about this size (when the caller asks for slices).
+CHUNK_BYTES = 1 << 20
+#: At most this many spans per chunk, so a chunk of tiny spans is not a long read either.
+CHUNK_SPANS = 8192
+#: Steps detected (or spans mapped) between two checkpoints.
+CHECKPOINT_STEPS = 64
+#: Steps of one session folded into its totals between two checkpoints.
+_ACCOUNT_SLICE = 8192
 
 
 class InvalidRequest(ValueError):
@@ -38,23 +61,60 @@ class InvalidRequest(ValueError):
 
 @dataclass(slots=True)
 class Decoded:
-    """A decoded request and the steps found in it, before any state has changed."""
+    """A decoded request and the steps found in it, before any state has changed.
+
+    Attributes:
+        data: the request as received.
+        spans: spans kept (every span, unless some were left out as too large).
+        steps: (position, step, span info) in processing order.
+        mapping_errors: fields of attributes that had the wrong type.
+        chunks: the kept spans as complete smaller requests, when the request was read in chunks; None
+            when ``data`` itself holds them.
+        too_large: (position, size) of each span left out because a request holding only it would
+            exceed the upstream's limit.
+    """
 
     data: bytes
     spans: int
     steps: list[tuple[Position, Step, SpanInfo]]
     mapping_errors: list[str]
+    chunks: list[Part] | None = None
+    too_large: list[tuple[Position, int]] = field(default_factory=list)
+    session_ids: list[str] | None = None
+
+    def sessions(self) -> list[str]:
+        """The distinct sessions of this request's steps (gathered while decoding in chunks)."""
+        if self.session_ids is None:
+            self.session_ids = list(dict.fromkeys(item[1].session for item in self.steps))
+        return self.session_ids
 
 
 @dataclass(slots=True)
 class Processed:
-    """What became of a request: the bytes to forward and what was found."""
+    """What became of a request: the requests to forward and what was found.
 
-    data: bytes
+    Attributes:
+        parts: the (possibly enriched) spans as one or more complete requests with their span counts; the
+            original bytes as one part when nothing was added.
+        spans: spans forwarded.
+        steps: steps seen.
+        modified: whether anything was added to (or rewritten in) a span.
+        findings: (step, finding) in processing order.
+        originals: when modified, the same parts before enrichment (same cut, same span counts), so a span
+            that enrichment made too large for the upstream can be sent as it came.
+    """
+
+    parts: list[Part]
     spans: int
     steps: int
     modified: bool
     findings: list[tuple[Step, Finding]] = field(default_factory=list)
+    originals: list[Part] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """Everything to forward as one request (parts concatenate into one valid request)."""
+        return self.parts[0][0] if len(self.parts) == 1 else b"".join(p for p, _ in self.parts)
 
 
 class Pipeline:
@@ -105,29 +165,81 @@ class Pipeline:
         Raises:
             InvalidRequest: the bytes are not a valid request.
         """
+        return run(self.decode_steps(data))
+
+    def decode_steps(self, data: bytes, chunk_bytes: int | None = None,
+                     span_limit: int | None = None) -> Generator[None, None, Decoded]:
+        """:meth:`decode` in slices: a request over ``chunk_bytes`` is read in chunks of about that size.
+
+        With ``span_limit``, a span that would not fit in a request of that size even alone (with its
+        resource and scope) is left out and listed in :attr:`Decoded.too_large`; everything else is kept.
+
+        Raises:
+            InvalidRequest: the bytes are not a valid request (nothing is kept then).
+        """
+        scanner, map_span = self.scanner, self.mapper.map_span
+        bound = min(x for x in (chunk_bytes, span_limit, len(data)) if x is not None)
+        if len(data) <= bound:
+            steps, spans, errors = _read(scanner, map_span, data, 0)
+            steps.sort(key=_start_time)
+            return Decoded(data, spans, steps, errors)
+        too_large: list[tuple[Position, int]] = []
+
+        def oversized(index: int, span: bytes, size: int) -> bytes | None:
+            if span_limit is not None and size > span_limit:
+                too_large.append((index, size))
+                return None
+            return span  # larger than a chunk, not than the upstream's limit: a chunk of its own
+
+        chunks: list[Part] = []
         try:
-            resources, infos, errors = self.scanner.scan(data)
+            for part in split_request(data, bound, max_spans=CHUNK_SPANS, oversized=oversized):
+                if part is None:
+                    yield
+                else:
+                    chunks.append(part)
         except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
-        map_span = self.mapper.map_span
-        steps: list[tuple[Position, Step, SpanInfo]] = []
-        for i, info in enumerate(infos):
-            if info is not None:
-                step = map_span(info, resources[info[0]], errors)
-                if step is not None:
-                    steps.append((i, step, info))
-        steps.sort(key=_start_time)
-        return Decoded(data, len(infos), steps, errors)
+        runs: list[list[tuple[Position, Step, SpanInfo]]] = []
+        errors: list[str] = []
+        sessions: dict[str, None] = {}
+        base = 0
+        for chunk, _ in chunks:
+            chunk_steps, spans, chunk_errors = yield from _read_steps(scanner, map_span, chunk, base)
+            chunk_steps.sort(key=_start_time)
+            runs.append(chunk_steps)
+            errors += chunk_errors
+            base += spans
+            sessions.update(dict.fromkeys(item[1].session for item in chunk_steps))
+            yield
+        if len(runs) == 1:
+            steps = runs[0]
+        else:  # a stable merge of stable sorts: the order one sort of the whole request would give
+            steps = []
+            for item in heapq.merge(*runs, key=_start_time):
+                steps.append(item)
+                if len(steps) % 4096 == 0:
+                    yield
+        return Decoded(data, base, steps, errors, chunks, too_large, list(sessions))
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 
     def process(self, decoded: Decoded) -> Processed:
         """Run the detectors over the request's steps and return the (possibly enriched) bytes."""
+        return run(self.process_steps(decoded))
+
+    def process_steps(self, decoded: Decoded) -> Generator[None, None, Processed]:
+        """:meth:`process` in slices (a checkpoint every :data:`CHECKPOINT_STEPS` steps).
+
+        The caller must keep other requests of the same sessions from being processed between two slices
+        (``otelloop.receiver.ingest`` does), so each session sees its steps in order.
+        """
         if decoded.mapping_errors:
             for fld, n in Counter(decoded.mapping_errors).items():
                 self.metrics.mapping_errors.labels(fld).inc(n)
+        originals = decoded.chunks if decoded.chunks is not None else [(decoded.data, decoded.spans)]
         if not decoded.steps:
-            return Processed(decoded.data, decoded.spans, 0, False)
+            return Processed(self._unmodified(decoded, originals), decoded.spans, 0, False)
         extras: list[bytes | None] = [None] * decoded.spans
         replacements: dict[Position, dict[str, AttrValue]] = {}
         findings: list[tuple[Step, Finding]] = []
@@ -135,15 +247,35 @@ class Pipeline:
         langfuse = self.config.enrich.langfuse_attributes
         detecting = bool(self.engine.detectors)
         store = self.store
-        for group in _by_session(decoded.steps):
+        groups: dict[str, list[tuple[Position, Step, SpanInfo]]] = {}
+        for n, item in enumerate(decoded.steps, 1):  # by session, each in time order
+            group = groups.get(item[1].session)
+            if group is None:
+                groups[item[1].session] = [item]
+            else:
+                group.append(item)
+            if n % 4096 == 0:
+                yield
+        done = 0
+        for group in groups.values():
             session = self.store.touch(group[0][1].session)
-            agent = _account(session, group, usage.by_key)
+            if len(group) <= _ACCOUNT_SLICE:
+                agent = _account(session, group, usage.by_key)
+            else:  # the same totals, folded a slice at a time
+                agent = ""
+                for start in range(0, len(group), _ACCOUNT_SLICE):
+                    agent = _account(session, group[start:start + _ACCOUNT_SLICE], usage.by_key) or agent
+                    yield
             if not detecting:
                 # Only the verdict is added, which no step of this request can change.
                 session.agent = agent or session.agent
                 verdict = _verdict_attribute(session.verdict)
                 for item in group:
                     extras[item[0]] = verdict
+                done += len(group)
+                if done >= CHECKPOINT_STEPS:
+                    done = 0
+                    yield
                 continue
             before = session.verdict
             for pos, step, info in group:
@@ -161,18 +293,44 @@ class Pipeline:
                     store.findings_seen(session, step.trace_id, ctx.findings)
                     for finding in ctx.findings:
                         findings.append((step, finding))
+                done += 1
+                if done >= CHECKPOINT_STEPS:
+                    done = 0
+                    yield
             if session.verdict != before:
                 store.verdict_changed(session, before)
-        usage.flush()
-        for step, finding in findings:
-            for sink in self.finding_sinks:
-                sink(step, finding)
-        data = decoded.data
-        if replacements:
-            data = _replace_attributes(data, replacements, extras)
-        elif any(extras):
-            data = scan.splice(data, extras)
-        return Processed(data, decoded.spans, len(decoded.steps), data is not decoded.data, findings)
+        yield from usage.flush()
+        if self.finding_sinks:
+            for n, (step, finding) in enumerate(findings, 1):
+                for sink in self.finding_sinks:
+                    sink(step, finding)
+                if n % CHECKPOINT_STEPS == 0:
+                    yield
+        parts: list[Part] = []
+        base = 0
+        by_chunk = _by_chunk(replacements, originals)
+        for k, (chunk, spans) in enumerate(originals):
+            chunk_extras = extras[base:base + spans] if len(originals) > 1 else extras
+            chunk_repl = by_chunk.get(k)
+            if chunk_repl:
+                parts.append((_replace_attributes(chunk, chunk_repl, chunk_extras), spans))
+            elif any(chunk_extras):
+                parts.append((scan.splice(chunk, chunk_extras), spans))
+            else:
+                parts.append((chunk, spans))
+            base += spans
+            if len(originals) > 1:
+                yield
+        modified = any(new is not old for (new, _), (old, _) in zip(parts, originals))
+        if not modified:
+            parts = self._unmodified(decoded, originals)
+        return Processed(parts, decoded.spans, len(decoded.steps), modified, findings,
+                         originals if modified else None)
+
+    @staticmethod
+    def _unmodified(decoded: Decoded, originals: list[Part]) -> list[Part]:
+        """What to forward when nothing was added: the original bytes, unless spans were left out."""
+        return originals if decoded.too_large else [(decoded.data, decoded.spans)]
 
     def _encode(self, step: Step, ctx: StepContext, langfuse: bool) -> bytes:
         out = wire.encode_span_attributes(ctx.attributes) if ctx.attributes else b""
@@ -205,17 +363,49 @@ def _start_time(item: tuple[Position, Step, SpanInfo]) -> int:
     return item[1].start_ns
 
 
-def _by_session(steps: list[tuple[Position, Step, SpanInfo]]) -> Iterable[list[tuple[Position, Step, SpanInfo]]]:
-    """The request's steps grouped by session, each group in time order, so a session is looked up
-    (and moved to the recent end of the store) once per request rather than once per step."""
-    groups: dict[str, list[tuple[Position, Step, SpanInfo]]] = {}
-    for item in steps:
-        group = groups.get(item[1].session)
-        if group is None:
-            groups[item[1].session] = [item]
-        else:
-            group.append(item)
-    return groups.values()
+def run(steps: Generator[None, None, T]) -> T:
+    """Run a sliced phase to its end, without pausing."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes,
+          base: Position) -> tuple[list[tuple[Position, Step, SpanInfo]], int, list[str]]:
+    """Read one (chunk of a) request: its steps (positions offset by ``base``), span count, errors."""
+    try:
+        resources, infos, errors = scanner.scan(data)
+    except ValueError as e:
+        raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
+    steps: list[tuple[Position, Step, SpanInfo]] = []
+    for i, info in enumerate(infos):
+        if info is not None:
+            step = map_span(info, resources[info[0]], errors)
+            if step is not None:
+                steps.append((base + i, step, info))
+    return steps, len(infos), errors
+
+
+def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes, base: Position
+                ) -> Generator[None, None, tuple[list[tuple[Position, Step, SpanInfo]], int, list[str]]]:
+    """:func:`_read` with a checkpoint every :data:`CHECKPOINT_STEPS` spans mapped."""
+    try:
+        resources, infos, errors = scanner.scan(data)
+    except ValueError as e:
+        raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
+    yield
+    steps: list[tuple[Position, Step, SpanInfo]] = []
+    for start in range(0, len(infos), CHECKPOINT_STEPS):
+        for i in range(start, min(start + CHECKPOINT_STEPS, len(infos))):
+            info = infos[i]
+            if info is not None:
+                step = map_span(info, resources[info[0]], errors)
+                if step is not None:
+                    steps.append((base + i, step, info))
+        yield
+    return steps, len(infos), errors
 
 
 def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
@@ -250,6 +440,21 @@ def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
     session.output_tokens += tokens_out
     session.last_end_ns = last_end
     return agent
+
+
+def _by_chunk(replacements: dict[Position, dict[str, AttrValue]],
+              chunks: list[Part]) -> dict[int, dict[Position, dict[str, AttrValue]]]:
+    """Replacements per chunk, keyed by the span's position inside its chunk."""
+    if not replacements:
+        return {}
+    if len(chunks) == 1:
+        return {0: replacements}
+    starts = list(itertools.accumulate((n for _, n in chunks), initial=0))
+    out: dict[int, dict[Position, dict[str, AttrValue]]] = {}
+    for pos, repl in replacements.items():
+        k = bisect.bisect_right(starts, pos) - 1
+        out.setdefault(k, {})[pos - starts[k]] = repl
+    return out
 
 
 def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
@@ -296,7 +501,7 @@ class _Usage:
         if score is not None:
             self.entropy.append(score)  # type: ignore[arg-type]
 
-    def flush(self) -> None:
+    def flush(self) -> Generator[None, None, None]:
         m = self.metrics
         svc, model = m.service_label, m.model_label
         now = self.clock()
@@ -313,8 +518,10 @@ class _Usage:
                     m.cost_counter(service_l, model_l, now).inc(usd)
         for (detector, finding, severity, service), n in self.findings.items():
             m.finding_counter(detector, finding, severity, svc(service, now), now).inc(n)
-        for score in self.entropy:
+        for n, score in enumerate(self.entropy, 1):
             m.entropy_score.observe(score)
+            if n % 1024 == 0:
+                yield
 
 
 def map_request(data: bytes, config: Config | None = None) -> list[Step]:

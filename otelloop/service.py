@@ -128,7 +128,8 @@ class Service:
                                  int(cfg.receiver.grpc.max_request_mib * (1 << 20)), auth, tls)
         await self.grpc.start()
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
-        http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth)
+        http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth,
+                            cfg.receiver.http.read_body_timeout)
         self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
         self.events = EventHub(self.pipeline, self.metrics, cfg.admin.max_event_clients,
                                cfg.admin.event_buffer_kib * 1024)
@@ -154,8 +155,11 @@ class Service:
         """Serve ``app``; ``cancel_on_disconnect`` ends a handler when its client goes away (event streams
         then free their slot at once instead of at their next write)."""
         host, port = split_host_port(endpoint)
+        # keepalive_timeout closes a connection whose request headers are incomplete that long after it
+        # opened (or after its last response): the header read timeout, and the idle keep-alive timeout.
         runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
-                               handler_cancellation=cancel_on_disconnect)
+                               handler_cancellation=cancel_on_disconnect,
+                               keepalive_timeout=self.config.receiver.http.read_header_timeout)
         await runner.setup()
         ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
@@ -229,6 +233,8 @@ class Service:
             self.events.close()  # event streams end now instead of holding the admin listener open
         for runner in self._runners:
             await runner.cleanup()
+        if hasattr(self, "ingest"):
+            await self.ingest.wait_idle(grace)  # requests whose processing began finish and are queued
         for task in self._tasks:
             task.cancel()
         if self.exporter is not None:

@@ -215,15 +215,27 @@ METRICS: tuple[MetricSpec, ...] = (
                "Spans refused, by transport and reason (invalid, too_large, unauthenticated, backpressure).",
                "A request refused before it could be decoded (`invalid`, `too_large`, `unauthenticated`) "
                "counts as 1, since its spans cannot be counted; gRPC requests over the size limit are "
-               "refused inside gRPC itself and are not counted.",
+               "refused inside gRPC itself and are not counted. `too_large` also counts, one by one, spans "
+               "too large for the upstream even alone (over `exporter.max_request_mib` with their resource "
+               "and scope): they are refused inside an OTLP partial success, the rest of their request "
+               "accepted.",
                attribute="spans_refused"),
+    MetricSpec("otelloop_requests_aborted", "counter", ("transport", "reason"),
+               "Requests abandoned before they were read whole, by transport and reason.",
+               "`client_gone`: the client closed the connection or cancelled; `timeout`: an HTTP body took longer "
+               "than `receiver.http.read_body_timeout`.", attribute="requests_aborted"),
     MetricSpec("otelloop_spans_exported", "counter", (),
                "Spans delivered upstream.", attribute="spans_exported"),
     MetricSpec("otelloop_spans_export_failed", "counter", ("reason",),
                "Spans that could not be delivered upstream, by reason.",
-               "Spans given up on: `rejected` (non-retryable status), `partial_success`, `too_large`, "
-               "`shutdown`.",
+               "Spans given up on: `rejected` (non-retryable status), `partial_success`, `too_large` (a span "
+               "over `exporter.max_request_mib` found in the queue, which only a queue written under a larger "
+               "bound can hold), `shutdown`.",
                attribute="spans_export_failed"),
+    MetricSpec("otelloop_spans_enrichment_skipped", "counter", ("reason",),
+               "Spans forwarded without otelloop's events and attributes, by reason.",
+               "`too_large`: with them the span would exceed `exporter.max_request_mib`.",
+               attribute="spans_enrichment_skipped"),
     MetricSpec("otelloop_export_queue_spans", "gauge", (),
                "Spans waiting in the export queue.", "Spans accepted and not yet delivered.",
                attribute="export_queue_spans"),
@@ -307,7 +319,9 @@ class Metrics:
 
     spans_received: Counter
     spans_refused: Counter
+    requests_aborted: Counter
     spans_exported: Counter
+    spans_enrichment_skipped: Counter
     spans_export_failed: Counter
     export_queue_spans: Gauge
     export_queue_capacity: Gauge

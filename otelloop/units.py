@@ -26,3 +26,6 @@ def parse_duration(value: Any) -> Any:
 
 #: A duration in seconds; YAML accepts ``30s``, ``10m``, ``1h``, ``500ms`` or a number of seconds.
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, json_schema_extra={"duration": True})]
+#: A duration that must be longer than zero (a timeout of zero would expire everything at once).
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration),
+                             Field(gt=0, json_schema_extra={"duration": True})]

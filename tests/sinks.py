@@ -174,16 +174,22 @@ class _Script:
 
 
 class GrpcSink(_Script):
-    """A grpc.aio server with a raw-bytes Export handler on 127.0.0.1."""
+    """A grpc.aio server with a raw-bytes Export handler on 127.0.0.1.
 
-    def __init__(self, port: int = 0, credentials: grpc.ServerCredentials | None = None) -> None:
+    ``max_receive_bytes`` is gRPC's own limit on a (decompressed) message, as a Collector sets it: larger
+    requests are refused with RESOURCE_EXHAUSTED by grpc itself and never reach the handler.
+    """
+
+    def __init__(self, port: int = 0, credentials: grpc.ServerCredentials | None = None,
+                 max_receive_bytes: int = 64 * 1024 * 1024) -> None:
         super().__init__()
         self.port = port
         self._credentials = credentials
+        self.max_receive_bytes = max_receive_bytes
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> GrpcSink:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.max_receive_bytes)])
         handler = grpc.unary_unary_rpc_method_handler(self._export, request_deserializer=None,
                                                       response_serializer=None)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
@@ -219,12 +225,19 @@ class GrpcSink(_Script):
 
 class HttpSink(_Script):
     """An aiohttp server taking ``POST /v1/traces`` on 127.0.0.1; bodies are recorded as they arrived
-    (still gzipped when the client compressed them) and decoded for ``delivered``."""
+    (still gzipped when the client compressed them) and decoded for ``delivered``.
 
-    def __init__(self, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> None:
+    A body larger than ``max_body_bytes`` as sent is answered 413, as a backend with a body limit does (and
+    counted in ``too_large``).
+    """
+
+    def __init__(self, port: int = 0, ssl_context: ssl.SSLContext | None = None,
+                 max_body_bytes: int | None = None) -> None:
         super().__init__()
         self.port = port
         self._ssl = ssl_context
+        self.max_body_bytes = max_body_bytes
+        self.too_large = 0
         self._runner: web.AppRunner | None = None
 
     @property
@@ -232,7 +245,7 @@ class HttpSink(_Script):
         return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
 
     async def start(self) -> HttpSink:
-        app = web.Application()
+        app = web.Application(client_max_size=1 << 30)
         app.router.add_post("/v1/traces", self._export)
         runner = web.AppRunner(app, auto_decompress=False, access_log=None)
         await runner.setup()
@@ -249,6 +262,9 @@ class HttpSink(_Script):
 
     async def _export(self, request: web.Request) -> web.Response:
         raw = await request.read()
+        if self.max_body_bytes is not None and len(raw) > self.max_body_bytes:
+            self.too_large += 1
+            return web.Response(status=413, text=f"body of {len(raw)} bytes exceeds {self.max_body_bytes}")
         self.attempts.append(Attempt(raw, dict(request.headers), time.monotonic()))
         reply = self.next()
         if reply.sleep:

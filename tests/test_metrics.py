@@ -16,7 +16,9 @@ from otelloop.telemetry import METRICS, Metrics
 CONTRACT = {
     "otelloop_spans_received_total": {"transport"},
     "otelloop_spans_refused_total": {"transport", "reason"},
+    "otelloop_requests_aborted_total": {"transport", "reason"},
     "otelloop_spans_exported_total": set(),
+    "otelloop_spans_enrichment_skipped_total": {"reason"},
     "otelloop_spans_export_failed_total": {"reason"},
     "otelloop_export_queue_spans": set(),
     "otelloop_export_queue_capacity_spans": set(),

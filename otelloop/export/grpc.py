@@ -22,7 +22,7 @@ from otelloop.export.retry import (
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-#: Message size limit both ways; the OTLP specification recommends 64 MiB requests.
+#: Message size limit both ways (at least; more when ``exporter.max_request_mib`` asks for more).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -46,8 +46,9 @@ def channel_options(cfg: ExporterConfig) -> list[tuple[str, int]]:
     gRPC's own reconnect backoff grows to two minutes by default; while it waits, calls fail at once
     with UNAVAILABLE, so a recovered upstream would stay unused long after our retry came back.
     """
+    send = max(MAX_MESSAGE_BYTES, int(cfg.max_request_mib * (1 << 20)) + (1 << 20))
     return [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", send),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.initial_reconnect_backoff_ms", max(10, int(cfg.retry_initial_interval * 1000))),
         ("grpc.max_reconnect_backoff_ms", max(10, int(cfg.retry_max_interval * 1000))),

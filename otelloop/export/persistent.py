@@ -17,11 +17,19 @@ or checkpoint) makes it survive a power cut too; losing it would only mean sendi
 is not worth a second fsync per request. Rows are read back in
 insertion order (an AUTOINCREMENT key, never reused), which keeps every session's spans in order.
 
+Threads. Every SQLite call runs on one thread of the queue's own, in the order the calls were made, so
+a transaction is never interleaved with another and the event loop never waits on the disk: the
+service uses the ``*_async`` methods, which free the loop while a request of many megabytes is written
+(its parts in one transaction) or a delivered batch is deleted. The plain methods wait for the same
+thread and suit callers without a loop.
+
 Bounds. The queue holds at most ``capacity_spans`` spans and ``capacity_bytes`` bytes of requests, and, like
 the in-memory queue, takes one request of any size when it is empty. The byte bound is checked at
-admission against the size of the received request (:meth:`has_room`); the request actually stored can be
-slightly larger (the findings and attributes added to it), so the file can overshoot the bound by one
-request's enrichment rather than refuse a request that was already admitted.
+admission against the size of the received request (:meth:`has_room`); what is actually stored is larger
+by the findings and attributes added to it (a few per cent usually, several times for a request whose every
+span gets findings), so the file can overshoot the bound by the enrichment of the requests in flight rather
+than refuse a request that was already admitted. One client request may be stored as several rows (its
+parts, each within ``exporter.max_request_mib``), written in one transaction.
 
 Damage. A file that SQLite cannot open or that fails ``PRAGMA quick_check`` or has an unknown layout is
 renamed to ``<name>.corrupt-<UTC timestamp>`` (with its ``-wal`` file), logged as an error naming both
@@ -30,17 +38,22 @@ paths, and replaced by an empty queue: one bad file must not stop otelloop from 
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from otelloop.export.queue import Batch
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The queue database inside ``exporter.persistent_dir``.
 FILE_NAME = "otelloop-queue.sqlite3"
@@ -65,8 +78,8 @@ class QueueLocked(OSError):
 class PersistentQueue:
     """A FIFO of serialized requests in a SQLite file, bounded by spans and bytes.
 
-    Implements :class:`otelloop.export.queue.SpanQueue`. Everything runs on the caller's thread (the event
-    loop): each call is one short transaction.
+    Implements :class:`otelloop.export.queue.SpanQueue`, plus ``put_many_async``, ``peek_batch_async`` and
+    ``ack_async``. Each call is one short transaction on the queue's own thread.
 
     Args:
         directory: where the queue file lives; created if missing.
@@ -88,9 +101,24 @@ class PersistentQueue:
         self._rows = 0
         self._acked_through = 0  # rows up to this id are delivered even if their DELETE did not commit
         self._last_error = float("-inf")
+        self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.directory / LOCK_NAME)
-        self._db = self._open()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otelloop-queue")
+        try:
+            self._db = self._run(self._open)
+        except BaseException:
+            self._worker.shutdown()
+            self._lock.close()
+            raise
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the queue's thread and wait for it."""
+        return self._worker.submit(fn, *args).result()
+
+    async def _run_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the queue's thread; the event loop is free meanwhile."""
+        return await asyncio.wrap_future(self._worker.submit(fn, *args))
 
     # -- SpanQueue ----------------------------------------------------------------------------------
 
@@ -127,22 +155,39 @@ class PersistentQueue:
         False when it does not fit or cannot be stored (disk full, I/O error): the client is then refused
         with a retryable error, which is the only safe answer when the data is not on disk.
         """
+        return self.put_many(((data, spans),))
+
+    def put_many(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        """Append the parts of one client request in one transaction: all are stored, or none."""
+        return self._run(self._put_many, parts)
+
+    async def put_many_async(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        return await self._run_async(self._put_many, parts)
+
+    def _put_many(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        spans = sum(n for _, n in parts)
         if self._rows and (self._spans + spans > self._capacity_spans or self._bytes >= self._capacity_bytes):
             return False
         try:
             with self._db:
-                self._db.execute("INSERT INTO requests (spans, nbytes, data) VALUES (?, ?, ?)",
-                                 (spans, len(data), data))
+                self._db.executemany("INSERT INTO requests (spans, nbytes, data) VALUES (?, ?, ?)",
+                                     ((n, len(data), data) for data, n in parts))
         except sqlite3.Error as e:
             self._storage_failed("store a request", e)
             return False
-        self._rows += 1
+        self._rows += len(parts)
         self._spans += spans
-        self._bytes += len(data)
+        self._bytes += sum(len(data) for data, _ in parts)
         return True
 
     def peek_batch(self, max_bytes: int) -> Batch | None:
         """Coalesces rows from the head while they fit in ``max_bytes``; the head always goes."""
+        return self._run(self._peek_batch, max_bytes)
+
+    async def peek_batch_async(self, max_bytes: int) -> Batch | None:
+        return await self._run_async(self._peek_batch, max_bytes)
+
+    def _peek_batch(self, max_bytes: int) -> Batch | None:
         if self._rows == 0:
             return None
         try:
@@ -153,6 +198,12 @@ class PersistentQueue:
 
     def ack(self, batch: Batch) -> None:
         """Delete the batch's rows. If the delete fails they are skipped now and re-sent after a restart."""
+        self._run(self._ack, batch)
+
+    async def ack_async(self, batch: Batch) -> None:
+        await self._run_async(self._ack, batch)
+
+    def _ack(self, batch: Batch) -> None:
         try:
             last = self._db.execute("SELECT id FROM requests WHERE id > ? ORDER BY id LIMIT 1 OFFSET ?",
                                     (self._acked_through, batch.requests - 1)).fetchone()
@@ -181,7 +232,16 @@ class PersistentQueue:
             self._shrink()
 
     def close(self) -> int:
-        """Checkpoint and close the file; nothing is lost, so this returns 0."""
+        """Checkpoint and close the file; nothing is lost, so this returns 0. Closing twice is harmless."""
+        if self._closed:
+            return 0
+        self._closed = True
+        try:
+            return self._run(self._close)
+        finally:
+            self._worker.shutdown()
+
+    def _close(self) -> int:
         if self._rows:
             log.info("persistent export queue keeps %d spans (%d requests) in %s for the next start",
                      self._spans, self._rows, self.path)

@@ -9,6 +9,7 @@ not yet delivered or dropped", including the batch currently on the wire.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
@@ -51,6 +52,10 @@ class SpanQueue(Protocol):
         """Append a request; False when it does not fit."""
         ...
 
+    def put_many(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        """Append the parts of one client request, all or none; False when they do not fit."""
+        ...
+
     def peek_batch(self, max_bytes: int) -> Batch | None:
         """The head of the queue as one batch (without removing it), or None when empty."""
         ...
@@ -88,9 +93,13 @@ class MemoryQueue:
         return not self._items or self._spans + spans <= self._capacity
 
     def put(self, data: bytes, spans: int) -> bool:
+        return self.put_many(((data, spans),))
+
+    def put_many(self, parts: Sequence[tuple[bytes, int]]) -> bool:
+        spans = sum(n for _, n in parts)
         if self._items and self._spans + spans > self._capacity:
             return False
-        self._items.append((data, spans))
+        self._items.extend(parts)
         self._spans += spans
         return True
 

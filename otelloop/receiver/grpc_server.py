@@ -6,13 +6,18 @@ the pipeline sees and, when nothing is added to them, what goes upstream.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
 
 from otelloop.config import TLSConfig
-from otelloop.receiver.ingest import RETRY_AFTER_S, BearerAuth, Ingest, Refusal
+from otelloop.receiver.ingest import RETRY_AFTER_S, Accepted, BearerAuth, Ingest, Refusal
 from otelloop.receiver.status import retry_info, status
 
 log = logging.getLogger(__name__)
@@ -72,11 +77,15 @@ class GrpcReceiver:
                 self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
         try:
-            self.ingest.handle(request, "grpc")
+            accepted = await self.ingest.handle(request, "grpc")
         except Refusal as refusal:
             self.ingest.refused(refusal, "grpc")
             await self._abort(context, refusal)
-        return b""  # an empty ExportTraceServiceResponse: full success
+            raise  # not reached: abort raises
+        except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
+            self.ingest.aborted("grpc")
+            raise
+        return response(accepted)
 
     async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
         retryable = refusal.reason == "backpressure"
@@ -86,3 +95,12 @@ class GrpcReceiver:
             # The Python SDK reads this trailer; the Collector reads the status details. Send both.
             trailers += (("google.rpc.retryinfo-bin", retry_info(RETRY_AFTER_S).SerializeToString()),)
         await context.abort(_GRPC_CODES[refusal.reason], refusal.message, trailing_metadata=trailers)
+
+
+def response(accepted: Accepted) -> bytes:
+    """The ExportTraceServiceResponse: empty for full success, else a partial success saying what was
+    refused and why."""
+    if not accepted.rejected:
+        return b""
+    return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
+        rejected_spans=accepted.rejected, error_message=accepted.message)).SerializeToString()

@@ -1,21 +1,44 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or OTLP/JSON, gzip in and out (SPEC §2)."""
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or OTLP/JSON, gzip in and out.
+
+Slow and vanishing clients: the body must arrive within ``receiver.http.read_body_timeout`` (else 408 and
+the connection is closed); headers within ``read_header_timeout`` (applied by the listener, see
+``otelloop.service``). A client that closes the connection mid-body costs one counted, rate-limited log
+line. A large OTLP/JSON body is converted in a worker thread, span by span (``otelloop.otlp.json_codec``),
+so the event loop keeps serving probes and other clients meanwhile.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 
+import aiohttp
 from aiohttp import web
 from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
 
-from otelloop.otlp.json_codec import JSONDecodeError, json_to_protobuf
+from otelloop.otlp.json_codec import JSONDecodeError, json_to_protobuf, json_to_protobuf_pieces
 from otelloop.receiver.body import BadEncoding, BodyTooLarge, read_body
-from otelloop.receiver.ingest import RETRY_AFTER_S, BearerAuth, Ingest, Refusal
+from otelloop.receiver.ingest import RETRY_AFTER_S, Accepted, BearerAuth, Ingest, Refusal
 from otelloop.receiver.status import HTTP_CODES, status
 
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 _EMPTY_RESPONSE = ExportTraceServiceResponse().SerializeToString()
+
+#: OTLP/JSON bodies up to this size are converted on the event loop (a few milliseconds); larger ones in a
+#: worker thread.
+INLINE_JSON_BYTES = 256 * 1024
+
+#: Errors a body read ends with when the client is gone (connection reset, truncated chunked body).
+_CLIENT_GONE = (ConnectionError, aiohttp.ClientPayloadError, asyncio.IncompleteReadError)
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request was read whole."""
 
 
 class HttpReceiver:
@@ -25,12 +48,16 @@ class HttpReceiver:
         ingest: the shared admission path.
         max_request_bytes: limit on the decompressed body (413 beyond it).
         auth: bearer tokens checked against the ``Authorization`` header.
+        body_timeout: seconds allowed to receive a whole body (408 and the connection closed beyond it).
     """
 
-    def __init__(self, ingest: Ingest, max_request_bytes: int, auth: BearerAuth) -> None:
+    def __init__(self, ingest: Ingest, max_request_bytes: int, auth: BearerAuth,
+                 body_timeout: float = 60.0) -> None:
         self.ingest = ingest
         self.limit = max_request_bytes
         self.auth = auth
+        self.body_timeout = body_timeout
+        self._large_json: asyncio.Semaphore | None = None  # one large OTLP/JSON conversion at a time
         self.app = web.Application(client_max_size=max_request_bytes)
         self.app.router.add_post("/v1/traces", self._traces)
 
@@ -44,13 +71,28 @@ class HttpReceiver:
         try:
             self._check_auth(request)
             data = await self._read(request, ctype)
-            self.ingest.handle(data, "http")
+            accepted = await self.ingest.handle(data, "http")
         except Refusal as refusal:
             self.ingest.refused(refusal, "http")
             return self._refuse(request, ctype, refusal)
-        if ctype == _JSON:
-            return self._respond(request, b"{}", _JSON, 200)
-        return self._respond(request, _EMPTY_RESPONSE, _PROTOBUF, 200)
+        except ClientGone as e:
+            self.ingest.aborted("http", "client_gone", str(e))
+            return web.Response(status=400, text="the request body was cut short")
+        except TimeoutError:
+            self.ingest.aborted("http", "timeout", f"body not received within {self.body_timeout:g}s")
+            return await self._close_with(request, web.Response(
+                status=408, text=f"the request body did not arrive within {self.body_timeout:g}s"))
+        return self._accepted(request, ctype, accepted)
+
+    @staticmethod
+    async def _close_with(request: web.Request, response: web.Response) -> web.Response:
+        """Send ``response`` and close the connection at once (a slow client's rest is not waited for)."""
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        if request.transport is not None:
+            request.transport.close()
+        return response
 
     def _check_auth(self, request: web.Request) -> None:
         if self.auth.enabled and not self.auth.check(request.headers.get("Authorization")):
@@ -58,17 +100,35 @@ class HttpReceiver:
 
     async def _read(self, request: web.Request, ctype: str) -> bytes:
         try:
-            body = await read_body(request, self.limit)
+            async with asyncio.timeout(self.body_timeout):
+                body = await read_body(request, self.limit)
         except BodyTooLarge:
             raise Refusal("too_large", f"request exceeds {self.limit} bytes after decompression") from None
         except BadEncoding as e:
             raise Refusal("invalid", str(e)) from None
+        except _CLIENT_GONE as e:
+            raise ClientGone(type(e).__name__) from None
         if ctype == _JSON:
             try:
-                return json_to_protobuf(body)
+                if len(body) <= INLINE_JSON_BYTES:
+                    return json_to_protobuf(body)
+                if self._large_json is None:
+                    self._large_json = asyncio.Semaphore(1)
+                async with self._large_json:
+                    return await asyncio.to_thread(json_to_protobuf_pieces, body)
             except JSONDecodeError as e:
                 raise Refusal("invalid", f"invalid OTLP/JSON: {e}") from None
         return body
+
+    def _accepted(self, request: web.Request, ctype: str, accepted: Accepted) -> web.Response:
+        """Full success, or a partial success naming the spans refused and why."""
+        if not accepted.rejected:
+            return self._respond(request, b"{}" if ctype == _JSON else _EMPTY_RESPONSE, ctype, 200)
+        answer = ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
+            rejected_spans=accepted.rejected, error_message=accepted.message))
+        body = (json_format.MessageToJson(answer, indent=None).encode() if ctype == _JSON
+                else answer.SerializeToString())
+        return self._respond(request, body, ctype, 200)
 
     def _refuse(self, request: web.Request, ctype: str, refusal: Refusal) -> web.StreamResponse:
         retry = RETRY_AFTER_S if refusal.reason == "backpressure" else None

@@ -1,29 +1,85 @@
 """Admission of one received request: decode, check room, process, hand to the exporter.
 
-Both receivers call :meth:`Ingest.handle`; a refusal is raised as :class:`Refusal` *before* any
+Both receivers await :meth:`Ingest.handle`; a refusal is raised as :class:`Refusal` *before* any
 detector state changes, so a client that retries a refused request does not count twice.
+
+The event loop that runs the receivers also answers ``/healthz``, ``/readyz`` and ``/metrics``, so no
+request may hold it for long. A small request (at most ``CHUNK_BYTES`` and :data:`INLINE_STEPS` steps)
+is handled in one go: it takes a few milliseconds. A larger one is handled in slices of about
+:data:`SLICE_SECONDS`: it is read in chunks, its steps are detected a few dozen at a time and its parts
+are cut for the upstream piece by piece, with the loop free to serve everything else in between. Three
+rules keep that safe:
+
+* **Nothing changes before the whole request is decoded.** Room in the export queue is then reserved
+  (:meth:`Exporter.reserve`), so the request cannot be refused for lack of room once its detectors ran.
+* **A session's steps stay in order.** A request that processes in slices first claims its sessions
+  (:class:`SessionGate`); any later request touching one of them waits until it is done, while requests
+  of other sessions go on. Requests in flight at the same moment are processed in the order they finish
+  decoding; steps inside one request are processed in time order.
+* **Processing, once begun, finishes.** It runs in its own task that a client hanging up cannot cancel,
+  so a session never sees half a request; the service waits for such tasks when it stops.
+
+Large requests are handled one at a time (:class:`LargeRequests`), which bounds the memory their decoded
+steps take; small ones never wait for them except to keep a shared session's order. While one is in
+flight the cyclic garbage collector is paused: a request of hundreds of thousands of spans makes millions
+of young objects, and a full collection over them would hold the loop for a second; reference counting
+frees everything the pipeline allocates, and collection resumes when the request is done. Its memory is
+also given back in slices, for the same reason.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hmac
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
-from otelloop.pipeline import InvalidRequest, Pipeline
+from otelloop.logs import ThrottledLog
+from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline
+from otelloop.pipeline import run as run_steps
 from otelloop.telemetry import Metrics
 
 if TYPE_CHECKING:
     from otelloop.export import Exporter
+    from otelloop.export.exporter import Reservation
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RefusalReason = Literal["invalid", "too_large", "unauthenticated", "backpressure"]
 
 #: Seconds a client is asked to wait when otelloop pushes back.
 RETRY_AFTER_S = 1
+
+#: Longest stretch of work on one request before the event loop gets a turn.
+SLICE_SECONDS = 0.01
+
+#: A request with at most this many steps (and read in one chunk) is processed in one go: even with every
+#: detector busy on every step that stays within a few tens of milliseconds.
+INLINE_STEPS = 512
+
+
+class LargeRequests:
+    """The right to handle a large request (read in chunks): one at a time, with the cyclic garbage
+    collector paused meanwhile (when the service had it on)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._resume_gc = False
+
+    async def acquire(self) -> None:
+        await self._lock.acquire()
+        self._resume_gc = gc.isenabled()
+        gc.disable()
+
+    def release(self) -> None:
+        if self._resume_gc:
+            gc.enable()
+        self._lock.release()
 
 
 class Refusal(Exception):
@@ -37,6 +93,15 @@ class Refusal(Exception):
         self.reason = reason
         self.message = message
         self.spans = spans
+
+
+class Accepted(NamedTuple):
+    """A request taken: ``spans`` accepted, ``rejected`` refused inside it (an OTLP partial success, with
+    ``message`` saying why)."""
+
+    spans: int
+    rejected: int = 0
+    message: str = ""
 
 
 class BearerAuth:
@@ -61,6 +126,52 @@ class BearerAuth:
         return ok
 
 
+#: A claim on sessions: (this claim, its sessions, the earlier claims to wait for).
+Claim = tuple["asyncio.Future[None]", list[str], list["asyncio.Future[None]"]]
+
+
+class SessionGate:
+    """Keeps the requests that touch one session from being processed interleaved.
+
+    A request claims all its sessions at once; for each, it waits for the request that claimed it last
+    (if that one is not done). Claims are taken in one step without pausing, so waits always point at
+    earlier claims and can never form a cycle.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, asyncio.Future[None]] = {}
+
+    @property
+    def busy(self) -> bool:
+        """Whether any request holds a claim (only then can a new request have to wait)."""
+        return bool(self._last)
+
+    def conflicts(self, sessions: list[str]) -> bool:
+        """Whether one of these sessions is claimed."""
+        last = self._last
+        return any(session in last for session in sessions)
+
+    def claim(self, sessions: list[str]) -> Claim:
+        """Claim distinct sessions: (this claim, the sessions, the earlier claims to wait for)."""
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        last = self._last
+        earlier: dict[int, asyncio.Future[None]] = {}
+        for session in sessions:
+            prev = last.get(session)
+            if prev is not None:
+                earlier[id(prev)] = prev
+            last[session] = mine
+        return mine, sessions, list(earlier.values())
+
+    def release(self, mine: asyncio.Future[None], sessions: list[str]) -> None:
+        last = self._last
+        for session in sessions:
+            if last.get(session) is mine:
+                del last[session]
+        if not mine.done():
+            mine.set_result(None)
+
+
 class Ingest:
     """Shared admission path of the receivers.
 
@@ -78,39 +189,191 @@ class Ingest:
         self.metrics = metrics
         self.overloaded = overloaded
         self.draining = False
+        self.gate = SessionGate()
+        self._large: LargeRequests | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._throttled = ThrottledLog(log)
 
-    def handle(self, data: bytes, transport: str) -> int:
-        """Admit one serialised ``ExportTraceServiceRequest``; returns the number of spans accepted."""
+    async def handle(self, data: bytes, transport: str) -> Accepted:
+        """Admit one serialised ``ExportTraceServiceRequest``."""
         started = time.perf_counter()
         try:
-            return self._handle(data, transport)
+            return await self._handle(data, transport)
         finally:
             self.metrics.request_duration.labels(transport).observe(time.perf_counter() - started)
 
-    def _handle(self, data: bytes, transport: str) -> int:
+    async def wait_idle(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) for requests whose processing has begun to finish."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=max(timeout, 0.0))
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    async def _handle(self, data: bytes, transport: str) -> Accepted:
         if self.draining:
             raise Refusal("backpressure", "otelloop is shutting down; retry against another replica")
+        exporter = self.exporter
+        span_limit = exporter.max_request_bytes if exporter is not None else None
+        if len(data) <= CHUNK_BYTES:
+            decoded = self._decode_inline(data, span_limit)
+            return await self._admit(decoded, transport, None)
+        if self._large is None:
+            self._large = LargeRequests()
+        await self._large.acquire()
         try:
-            decoded = self.pipeline.decode(data)
+            decoded = await self._decode_sliced(data, span_limit)
+        except BaseException:
+            self._large.release()
+            raise
+        return await self._admit(decoded, transport, self._large)
+
+    def _decode_inline(self, data: bytes, span_limit: int | None) -> Decoded:
+        try:
+            return run_steps(self.pipeline.decode_steps(data, CHUNK_BYTES, span_limit))
         except InvalidRequest as e:
             raise Refusal("invalid", str(e)) from None
-        self.metrics.spans_received.labels(transport).inc(decoded.spans)
-        shed = self.overloaded()
-        if shed is not None:
-            raise Refusal("backpressure", shed, decoded.spans)
-        exporter = self.exporter
-        if exporter is not None and not exporter.has_room(decoded.spans, len(data)):
-            raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
-        processed = self.pipeline.process(decoded)
-        if exporter is not None and not exporter.offer(processed.data, processed.spans):
-            # Room was checked above with no await in between, so only a storage error of the persistent
-            # queue gets here. The data is not safe, so the client must retry: success would be a lie.
+
+    async def _decode_sliced(self, data: bytes, span_limit: int | None) -> Decoded:
+        try:
+            return await drive(self.pipeline.decode_steps(data, CHUNK_BYTES, span_limit))
+        except InvalidRequest as e:
+            raise Refusal("invalid", str(e)) from None
+
+    async def _admit(self, decoded: Decoded, transport: str, large: LargeRequests | None) -> Accepted:
+        """Checks on a decoded request, then its processing (in one go, or in a task of its own).
+
+        ``large`` is held by this request if it is a large one; it is released when processing ends.
+        """
+        handed_over = False
+        try:
+            too_large = len(decoded.too_large)
+            self.metrics.spans_received.labels(transport).inc(decoded.spans + too_large)
+            if too_large:
+                self._refuse_spans(decoded, transport)
+            shed = self.overloaded()
+            if shed is not None:
+                raise Refusal("backpressure", shed, decoded.spans)
+            reservation = None
+            if self.exporter is not None:
+                reservation = self.exporter.reserve(decoded.spans, len(decoded.data))
+                if reservation is None:
+                    raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
+            accepted = Accepted(decoded.spans, too_large, _too_large_message(decoded) if too_large else "")
+            if (large is None and len(decoded.steps) <= INLINE_STEPS
+                    and not (self.gate.busy and self.gate.conflicts(decoded.sessions()))):
+                await self._commit_inline(decoded, reservation)
+                return accepted
+            claim = self.gate.claim(decoded.sessions())  # now: a request admitted after this one waits for it
+            task = asyncio.ensure_future(self._commit(decoded, reservation, large, claim))
+            handed_over = True
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+            await asyncio.shield(task)
+            return accepted
+        finally:
+            if large is not None and not handed_over:
+                large.release()
+
+    def _refuse_spans(self, decoded: Decoded, transport: str) -> None:
+        """Spans too large for the upstream even alone: refused inside an otherwise accepted request (an
+        OTLP partial success), or the whole request when it holds nothing else."""
+        count = len(decoded.too_large)
+        message = _too_large_message(decoded)
+        self._throttled("too_large", logging.WARNING, f"refused {count} spans to a client over {transport}: "
+                                                      f"{message}")
+        if decoded.spans == 0:
+            raise Refusal("too_large", message, count)
+        self.metrics.spans_refused.labels(transport, "too_large").inc(count)
+
+    # -- processing --------------------------------------------------------------------------------
+
+    async def _commit_inline(self, decoded: Decoded, reservation: Reservation | None) -> None:
+        """Process a small request without pausing (nothing else runs meanwhile), then queue it (a
+        persistent queue writes it to disk with the loop free)."""
+        try:
+            processed = self.pipeline.process(decoded)
+            if self.exporter is not None:
+                parts = run_steps(self.exporter.prepare(processed))
+                await self._offer(parts, processed.spans, reservation)
+        finally:
+            if reservation is not None and self.exporter is not None:
+                self.exporter.release(reservation)
+
+    async def _commit(self, decoded: Decoded, reservation: Reservation | None, large: LargeRequests | None,
+                      claim: Claim) -> None:
+        """Process and queue a request in slices, holding its sessions (runs as a task of its own)."""
+        mine, sessions, earlier = claim
+        try:
+            if earlier:
+                await asyncio.gather(*earlier)
+            processed = await drive(self.pipeline.process_steps(decoded))
+            if self.exporter is not None:
+                parts = await drive(self.exporter.prepare(processed))
+                await self._offer(parts, processed.spans, reservation)
+            await drive(_forget(decoded.steps, processed.findings))
+            await drive(_forget(processed.parts, decoded.chunks or [], batch=1))  # megabytes each
+        finally:
+            self.gate.release(mine, sessions)
+            if reservation is not None and self.exporter is not None:
+                self.exporter.release(reservation)
+            if large is not None:
+                large.release()
+
+    async def _offer(self, parts: list[tuple[bytes, int]], spans: int,
+                     reservation: Reservation | None) -> None:
+        assert self.exporter is not None
+        if not await self.exporter.offer_parts_async(parts, reservation):
+            # Room was reserved at admission, so only shutdown or a storage error of the persistent queue
+            # gets here. The data is not safe, so the client must retry: success would be a lie.
             log.error("export queue could not store an admitted request; the client is asked to retry")
-            raise Refusal("backpressure", "export queue could not store the request; retry later",
-                          decoded.spans)
-        return decoded.spans
+            raise Refusal("backpressure", "export queue could not store the request; retry later", spans)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, Refusal):
+            log.error("processing a request failed", exc_info=error)
+
+    def aborted(self, transport: str, reason: str = "client_gone", detail: str = "") -> None:
+        """Count a request abandoned before it was read whole, with one log line now and then (never a
+        traceback: a client hanging up is not otelloop's error)."""
+        self.metrics.requests_aborted.labels(transport, reason).inc()
+        what = "a client went away before its request was complete" if reason == "client_gone" else (
+            "a client was too slow sending its request")
+        self._throttled(f"aborted:{reason}", logging.INFO if reason == "client_gone" else logging.WARNING,
+                        f"{what} ({transport}{': ' + detail if detail else ''}); the request was dropped "
+                        "unacknowledged")
 
     def refused(self, refusal: Refusal, transport: str) -> None:
         """Count a refusal; spans of a request that did not decode are counted as one."""
         self.metrics.spans_refused.labels(transport, refusal.reason).inc(
             refusal.spans if refusal.spans is not None else 1)
+
+
+def _too_large_message(decoded: Decoded) -> str:
+    largest = max(size for _, size in decoded.too_large)
+    spans = "1 span is" if len(decoded.too_large) == 1 else f"{len(decoded.too_large)} spans are"
+    return (f"{spans} too large for the upstream even alone (largest {largest} bytes with its resource and "
+            f"scope; exporter.max_request_mib allows fewer)")
+
+
+def _forget(*lists: list[Any], batch: int = 4096) -> Generator[None, None, None]:
+    """Empty large lists a slice at a time: freeing a few hundred thousand steps, or hundreds of MiB of
+    enriched requests, at once takes long too."""
+    for items in lists:
+        while items:
+            del items[-batch:]
+            yield
+
+
+async def drive(steps: Generator[None, None, T], slice_seconds: float = SLICE_SECONDS) -> T:
+    """Run a sliced phase, letting the event loop run whenever a slice has taken ``slice_seconds``."""
+    deadline = time.perf_counter() + slice_seconds
+    try:
+        while True:
+            next(steps)
+            if time.perf_counter() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.perf_counter() + slice_seconds
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -21,7 +21,6 @@ from sinks import (
     wait_until,
 )
 
-from otelloop.export import exporter as exporter_module
 from otelloop.telemetry import Metrics
 
 
@@ -231,13 +230,31 @@ async def test_outage_logs_once_at_start_and_once_at_recovery(grpc_sink: GrpcSin
     assert sample(metrics, "otelloop_spans_exported_total") == 2
 
 
-async def test_request_over_the_size_limit_is_dropped_unsent(grpc_sink: GrpcSink, metrics: Metrics,
-                                                             make_exporter: MakeExporter,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(exporter_module, "MAX_MESSAGE_BYTES", 400)
-    exporter = await make_exporter(exporter_config(endpoint(grpc_sink)))
+async def test_queued_request_over_the_size_limit_is_sent_in_parts(grpc_sink: GrpcSink, metrics: Metrics,
+                                                                   make_exporter: MakeExporter) -> None:
+    """What a persistent queue written by an earlier version (or under a larger bound) holds is cut to the
+    bound before sending; a span too large even alone is dropped, counted as too_large."""
+    exporter = await make_exporter(exporter_config(endpoint(grpc_sink), max_request_mib=400 / (1 << 20)))
     exporter.offer(make_request(50, "huge"), 50)
+    exporter.offer(make_request(1, "x" * 500), 1)
     exporter.offer(make_request(1, "small"), 1)
     await wait_until(lambda: exporter.queued_spans == 0)
-    assert grpc_sink.delivered_names() == ["small-0"]
-    assert sample(metrics, "otelloop_spans_export_failed_total", reason="too_large") == 50
+    assert grpc_sink.delivered_names() == [f"huge-{i}" for i in range(50)] + ["small-0"]
+    assert max(len(a.data) for a in grpc_sink.attempts) <= 400
+    assert sample(metrics, "otelloop_spans_exported_total") == 51
+    assert sample(metrics, "otelloop_spans_export_failed_total", reason="too_large") == 1
+
+
+async def test_upstream_refusing_a_request_for_its_size_gets_it_in_halves(
+        metrics: Metrics, make_exporter: MakeExporter) -> None:
+    """An upstream whose limit is below exporter.max_request_mib says so; nothing acknowledged is lost."""
+    sink = await GrpcSink(max_receive_bytes=100).start()
+    try:
+        exporter = await make_exporter(exporter_config(endpoint(sink)))
+        exporter.offer(make_request(8, "h"), 8)
+        await wait_until(lambda: exporter.queued_spans == 0)
+        assert sink.delivered_names() == [f"h-{i}" for i in range(8)]
+        assert max(len(data) for data in sink.delivered) <= 100
+        assert sample(metrics, "otelloop_spans_exported_total") == 8
+    finally:
+        await sink.stop()
