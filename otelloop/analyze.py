@@ -136,7 +136,8 @@ def analyze(paths: list[str], config: Config | None = None, output: TextIO | Non
                     "span_id": step.span_id, "step": step.name, "message": finding.message,
                     "attributes": finding.attributes})
             if output is not None:
-                output.write(json.dumps(request_to_json(processed.data)) + "\n")
+                for part, _ in processed.parts:
+                    output.write(json.dumps(request_to_json(part)) + "\n")
     reports = [SessionReport(s.id, s.agent, s.service, s.steps, s.verdict, s.reason, s.cost_usd,
                              by_session.get(s.id, [])) for s in pipeline.store]
     reports.sort(key=lambda r: (-VERDICT_RANK[r.verdict], -len(r.findings), r.session_id))
