@@ -408,7 +408,7 @@ def _finding(f: RememberedFinding, evidence: bool = False) -> dict[str, Any]:
 
 
 def _summary_field(s: Session, detector: Any, field: str) -> Any:
-    state = s.states.get(detector.name) if detector is not None else None
+    state = s.state(detector.name) if detector is not None else None
     if state is None:
         return None
     try:

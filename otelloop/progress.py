@@ -18,7 +18,7 @@ judgement, made once per step before the detectors run, and written on the step:
 - ``Step.progress``: how many steps of the session have brought something new so far, and
   ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new.
 
-State per session is a few small integer arrays (results remembered, recent calls), bounded whatever the
+State per session is one small integer array (results remembered, recent calls), bounded whatever the
 session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as new again.
 """
 
@@ -40,24 +40,23 @@ _RUN_MASK = (1 << _RUN_BITS) - 1
 _MASK64 = (1 << 64) - 1
 
 
-class ProgressState:
-    """Result keys seen in the session and the last result of recent calls, as flat integer arrays."""
-
-    __slots__ = ("calls", "count", "seen", "stale")
-
-    def __init__(self) -> None:
-        #: result keys, oldest first (a ring of at most MAX_RESULTS)
-        self.seen: array[int] | None = None
-        #: pairs (call key, result key with its run length in the low bits), oldest first
-        self.calls: array[int] | None = None
-        #: steps of the session that brought something new
-        self.count = 0
-        #: tool steps in a row, up to the latest, that brought nothing new
-        self.stale = 0
+#: A session's progress state: one flat array of unsigned 64-bit integers, so that it costs one small
+#: object per session: ``[count, stale, n, seen_1 … seen_n, call_1, result_1, call_2, result_2, …]`` —
+#: the steps that brought something new, the tool steps in a row since the last one that did, the result
+#: keys remembered (oldest first, at most :data:`MAX_RESULTS`), then the recent calls (and tools) with
+#: their last result, its run length in the low bits (oldest first, at most :data:`MAX_CALLS`).
+ProgressState = array
+_COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
 
 
-def observe(state: ProgressState, step: Step) -> None:
-    """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``, ``progress``)."""
+def new_state() -> array[int]:
+    """An empty progress state."""
+    return array("Q", (0, 0, 0))
+
+
+def observe(state: array[int], step: Step) -> None:
+    """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``,
+    ``tool_repeats``, ``progress``, ``stale``)."""
     if step.kind == "tool":
         key = step.result = result_key(step)
         call = hash((step.name, step.args_hash)) & _MASK64
@@ -69,14 +68,24 @@ def observe(state: ProgressState, step: Step) -> None:
                 # of different calls acknowledged alike ("ok", "sent") is work.
                 step.tool_repeats = _remember_call(state, hash(step.name) & _MASK64, key)
             if step.novel:
-                state.count += 1
-                state.stale = 0
+                state[_COUNT] += 1
+                state[_STALE] = 0
             else:
-                state.stale += 1
+                state[_STALE] += 1
         else:
             step.repeats = _remember_call(state, call, 0)
-    step.progress = state.count
-    step.stale = state.stale
+    step.progress = state[_COUNT]
+    step.stale = state[_STALE]
+
+
+def results_kept(state: array[int]) -> int:
+    """How many result keys the state remembers."""
+    return state[_SEEN]
+
+
+def calls_kept(state: array[int]) -> int:
+    """How many calls (and tools) the state remembers the last result of."""
+    return (len(state) - _HEADER - state[_SEEN]) // 2
 
 
 def result_key(step: Step) -> int | None:
@@ -114,49 +123,47 @@ def _stable(*parts: object) -> int:
     return hash_text("\x1f".join(map(str, parts)))
 
 
-def _remember_result(state: ProgressState, key: int) -> bool:
+def _remember_result(state: array[int], key: int) -> bool:
     """Record a result key; True when it was not seen before."""
-    seen = state.seen
-    if seen is None:
-        state.seen = array("Q", (key,))
-        return True
-    if key in seen:
+    n = state[_SEEN]
+    try:
+        state.index(key, _HEADER, _HEADER + n)
         return False
-    seen.append(key)
-    if len(seen) > MAX_RESULTS:
-        del seen[0]
+    except ValueError:
+        pass
+    state.insert(_HEADER + n, key)
+    if n + 1 > MAX_RESULTS:
+        del state[_HEADER]
+    else:
+        state[_SEEN] = n + 1
     return True
 
 
-def _remember_call(state: ProgressState, call: int, key: int) -> int:
+def _remember_call(state: array[int], call: int, key: int) -> int:
     """Record that ``call`` gave result ``key`` and return how many times in a row it now has."""
-    calls = state.calls
+    start = _HEADER + state[_SEEN]
     packed_key = key & ~_RUN_MASK
     run = 1
-    if calls is None:
-        state.calls = calls = array("Q")
-    else:
-        i = _find_call(calls, call)
-        if i >= 0:
-            last = calls[i + 1]
-            if key and last & ~_RUN_MASK == packed_key:
-                run = min((last & _RUN_MASK) + 1, _RUN_MASK)
-            del calls[i:i + 2]
-    calls.append(call)
-    calls.append(packed_key | run)
-    if len(calls) > 2 * MAX_CALLS:
-        del calls[0:2]
+    i = _find_call(state, call, start)
+    if i >= 0:
+        last = state[i + 1]
+        if key and last & ~_RUN_MASK == packed_key:
+            run = min((last & _RUN_MASK) + 1, _RUN_MASK)
+        del state[i:i + 2]
+    state.append(call)
+    state.append(packed_key | run)
+    if len(state) - start > 2 * MAX_CALLS:
+        del state[start:start + 2]
     return run
 
 
-def _find_call(calls: array[int], call: int) -> int:
-    """Index of ``call`` among the call keys (even positions) of ``calls``, or -1."""
-    start = 0
+def _find_call(state: array[int], call: int, start: int) -> int:
+    """Index of ``call`` among the call keys (even offsets from ``start``) of ``state``, or -1."""
     while True:
         try:
-            i = calls.index(call, start)
+            i = state.index(call, start)
         except ValueError:
             return -1
-        if not i & 1:
+        if not (i - start) & 1:
             return i
         start = i + 1

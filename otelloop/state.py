@@ -24,6 +24,7 @@ from itertools import islice
 from typing import Any
 
 from otelloop.bounds import MAX_TEXT_BYTES, cut, deep_size
+from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
 from otelloop.redact import redact
@@ -79,8 +80,9 @@ class Session:
         self.cost_usd = 0.0
         self.input_tokens = 0
         self.output_tokens = 0
-        #: detector name -> that detector's state object
-        self.states: dict[str, Any] = {}
+        #: detector states, each at its detector's place (``otelloop.detectors.registry.slot``); None
+        #: for a detector that has not seen a step of the session
+        self.states: list[Any] = []
         #: detector name -> (verdict, reason, message) for detectors currently raising the verdict
         #: (None while none does: most sessions never hold a vote)
         self.votes: dict[str, tuple[str, str, str]] | None = None
@@ -102,6 +104,11 @@ class Session:
         self.history: tuple[tuple[int, str, str], ...] = ()
         #: what the session's steps brought that was new (``otelloop.progress``); None until a step
         self.progress: ProgressState | None = None
+
+    def state(self, detector: str) -> Any:
+        """Detector ``detector``'s state for this session, or None before its first step."""
+        place = slot(detector)
+        return self.states[place] if place < len(self.states) else None
 
     def remember(self, finding: Finding) -> None:
         """Keep a redacted, bounded copy of a finding; a repeat of the same detector and event replaces

@@ -163,7 +163,7 @@ def test_a_hostile_session_stays_within_the_documented_worst_case() -> None:
         p.process(p.decode(request(*spans[k:k + 250], service=_long("svc", 20_000))))
     session = p.store.get(format(7, "032x"))
     assert session is not None and session.steps == len(spans)
-    graph = session.states["stall"].graph
+    graph = session.state("stall").graph
     assert len(graph.nodes) == 64 and len(graph.edges) == 256  # the stall detector's caps are reached
     clear_caches()
     size = deep_size(session)

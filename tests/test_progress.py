@@ -8,7 +8,7 @@ from otelloop import progress
 from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
-from otelloop.progress import MAX_RESULTS, ProgressState
+from otelloop.progress import MAX_RESULTS
 from tests.helpers import make_step
 
 
@@ -19,7 +19,7 @@ def tool(name: str, args: int, output: int | None, **kw: Any) -> Step:
 
 def judged(*steps: Step) -> list[tuple[bool | None, int, int, int]]:
     """(novel, repeats, tool_repeats, stale) of each step, fed in order to one session."""
-    state = ProgressState()
+    state = progress.new_state()
     out = []
     for step in steps:
         progress.observe(state, step)
@@ -98,8 +98,9 @@ def test_result_keys_are_stable_hashes() -> None:
 
 
 def test_state_stays_bounded() -> None:
-    state = ProgressState()
+    state = progress.new_state()
     for i in range(10 * MAX_RESULTS):
         progress.observe(state, tool(f"t{i % 50}", i, i))
-    assert state.seen is not None and len(state.seen) == MAX_RESULTS
-    assert state.calls is not None and len(state.calls) <= 2 * progress.MAX_CALLS
+    assert progress.results_kept(state) == MAX_RESULTS
+    assert progress.calls_kept(state) == progress.MAX_CALLS
+    assert len(state) == 3 + MAX_RESULTS + 2 * progress.MAX_CALLS

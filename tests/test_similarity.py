@@ -141,4 +141,4 @@ def test_detector_semantic_repeat_by_backend(backend: str, fires: bool) -> None:
     ctxs = run.run(paraphrase_session(FLIGHTS))
     assert [c.attributes["otelloop.loop_score"] for c in ctxs[:3]] == [0, 0, 0]
     assert (ctxs[3].attributes["otelloop.loop_score"] > 1.2) is fires
-    assert ("semantic_repeat" in run.session().states["trajectory"].types) is fires
+    assert ("semantic_repeat" in run.session().state("trajectory").types) is fires

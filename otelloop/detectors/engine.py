@@ -7,10 +7,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
-from otelloop.detectors.registry import registered
+from otelloop.detectors.registry import registered, slot
 from otelloop import progress
 from otelloop.model import Step
-from otelloop.progress import ProgressState
 from otelloop.state import Session
 
 log = logging.getLogger(__name__)
@@ -46,6 +45,9 @@ class DetectorEngine:
             if cfg.enabled:
                 detectors.append(cls(cfg))
         self.detectors = detectors
+        #: (detector, place of its state in a session's state list), and the list length they need
+        self._placed = [(det, slot(det.name)) for det in detectors]
+        self._width = max((place + 1 for _, place in self._placed), default=0)
 
     def overwritten_keys(self) -> frozenset[str]:
         """Span attribute keys the detectors in force may overwrite."""
@@ -55,18 +57,19 @@ class DetectorEngine:
         """Run every detector on ``step`` and return what they said; sets ``otelloop.verdict``."""
         ctx = StepContext(session.id, step.agent or session.agent)
         if session.progress is None:
-            session.progress = ProgressState()
+            session.progress = progress.new_state()
         progress.observe(session.progress, step)
         states = session.states
-        for det in self.detectors:
-            name = det.name
+        if len(states) < self._width:
+            states.extend([None] * (self._width - len(states)))
+        for det, place in self._placed:
             try:
-                state = states.get(name)
+                state = states[place]
                 if state is None:
-                    state = states[name] = det.new_state()
+                    state = states[place] = det.new_state()
                 det.observe(state, step, ctx)
             except Exception:
-                self._failed(name)
+                self._failed(det.name)
         if ctx.votes:
             session.apply_votes(ctx.votes)
         for finding in ctx.findings:
@@ -86,7 +89,7 @@ class DetectorEngine:
         """Per-detector evidence for the sessions API."""
         out = {}
         for det in self.detectors:
-            state = session.states.get(det.name)
+            state = session.state(det.name)
             if state is not None:
                 try:
                     out[det.name] = det.summary(state)

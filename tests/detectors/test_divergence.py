@@ -78,7 +78,7 @@ def test_emitted_signatures_stay_bounded() -> None:
     signatures = MAX_EMITTED * 3
     steps = [make_step(f"tool_{n}", "tool", 3 * n + k) for n in range(signatures) for k in range(3)]
     assert sum(1 for ctx in run.run(steps) if ctx.findings) == signatures
-    assert len(run.session("s1").states["divergence"].emitted) == MAX_EMITTED
+    assert len(run.session("s1").state("divergence").emitted) == MAX_EMITTED
 
 
 def test_summary() -> None:

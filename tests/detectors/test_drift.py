@@ -120,7 +120,7 @@ def test_ema_cooldown_and_escalation() -> None:
     steps = parse(";".join(row[0] for row in EMA_TABLE))
     for n, (step, (_, ema, event, verdict)) in enumerate(zip(steps, EMA_TABLE), start=1):
         ctx = run.step(step)
-        state: DriftState = run.session().states["drift"]
+        state: DriftState = run.session().state("drift")
         assert state.ema[0] == pytest.approx(ema), f"step {n}"
         assert state.ema[1] == state.ema[2] == 0.0
         got = [(f.attributes["otelloop.drift.escalation"], f.severity) for f in ctx.findings]
@@ -165,7 +165,7 @@ def test_state_stays_bounded() -> None:
     cycle = ["R a", "W a 1", "E b x y", "F t s", "OK u", "-", "R c"]
     script = ";".join(cycle[i % len(cycle)] if i % 11 else f"R f{i}" for i in range(10_000))
     run.run(parse(script))
-    state: DriftState = run.session().states["drift"]
+    state: DriftState = run.session().state("drift")
     entries = [len(entries or ()) for entries in (state.reads, state.writes, state.runs)]
     assert state.steps == 10_000
     assert sum(entries) <= 20
@@ -174,7 +174,7 @@ def test_state_stays_bounded() -> None:
 def test_non_coding_session_keeps_no_entries() -> None:
     run = SeedRun("drift")
     run.run([make_step("search_web", i=i) for i in range(50)])
-    state: DriftState = run.session().states["drift"]
+    state: DriftState = run.session().state("drift")
     assert state.reads is state.writes is state.runs is None
 
 
@@ -182,12 +182,12 @@ def test_a_session_that_never_drifts_stores_no_trend_and_a_faded_trend_is_forgot
     run = SeedRun("drift")
     for step in parse("-; R a; R b; OK c"):
         run.step(step)
-    quiet: DriftState = run.session().states["drift"]
+    quiet: DriftState = run.session().state("drift")
     assert quiet.ema is DriftState().ema and quiet.last_alert is DriftState().last_alert  # shared, not per session
     run = SeedRun("drift")
     for step in parse("R a; R a; R a"):
         run.step(step)
-    state: DriftState = run.session().states["drift"]
+    state: DriftState = run.session().state("drift")
     assert state.ema[0] > 0.2 and state.last_alert[0] == 3
     for step in parse(";".join(["-"] * 400)):
         run.step(step)

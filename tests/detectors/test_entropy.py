@@ -152,7 +152,7 @@ def test_reload_applies_on_next_step(reload: dict, severity: str, window_size: i
     run.reconfigure({"entropy": reload})
     after = run.step(make_step("A", i=5))
     assert after.attributes["otelloop.entropy_severity"] == severity
-    state = run.session("s1").states["entropy"]
+    state = run.session("s1").state("entropy")
     assert len(state.window) == window_size
 
 
@@ -182,7 +182,7 @@ def test_invalid_window_error_matches_spec() -> None:
 def test_state_stays_bounded() -> None:
     run = SeedRun("entropy")
     run.run([make_step(f"tool_{i % 7}", i=i) for i in range(1000)])
-    assert len(run.session("s1").states["entropy"].window) == 5
+    assert len(run.session("s1").state("entropy").window) == 5
 
 
 def test_summary() -> None:

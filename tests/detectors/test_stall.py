@@ -71,7 +71,7 @@ def test_tool_and_llm_steps_are_not_turns() -> None:
              make_step("gpt", kind="llm", i=2), make_step("coder", kind="system", i=3)]
     contexts = run.run(steps)
     assert cycle_badges(contexts) == [None] * 4
-    graph = run.session().states["stall"].graph
+    graph = run.session().state("stall").graph
     assert graph.edges == {(0, 1)}
 
 
@@ -87,7 +87,7 @@ def test_nested_spans_of_a_node_are_one_turn(child_start_s: int, child_end_s: in
                       end_ns=parent.start_ns + child_end_s * second)
     run = SeedRun("stall")
     run.run([parent, child])
-    graph = run.session().states["stall"].graph
+    graph = run.session().state("stall").graph
     assert graph.nodes["planner"].turns == expected_turns
     assert ((0, 0) in graph.edges) == (expected_turns == 2)
 
@@ -296,7 +296,7 @@ def test_state_stays_bounded() -> None:
             run.step(make_step("Write", i=i, tool_class="write", content_hash=i))
         run.step(make_step(f"node{(i * 7) % 200}", kind="system", i=i, output_hash=i % 5,
                            failure_signature=f"f{i % 4}", failing_tests=i % 9, diff_hash=f"d{i % 3}"))
-    state: StallState = run.session().states["stall"]
+    state: StallState = run.session().state("stall")
     graph = state.graph
     assert graph is not None
     assert len(graph.nodes) == len(graph.by_id) == MAX_NODES

@@ -129,7 +129,7 @@ def test_votes_follow_the_level_and_stop_holds() -> None:
     assert session.verdict == "stop"
     for i in range(6):  # the score decays below the thresholds; stop holds until an operator resumes
         run.step(call(10 + i, f"progress_{i}", args=20 + i, output=300 + i))
-    assert run.session().states["trajectory"].level == "observe"
+    assert run.session().state("trajectory").level == "observe"
     assert session.verdict == "stop"
 
 
@@ -162,7 +162,7 @@ def test_ping_pong_uses_tool_names_with_one_agent() -> None:
     steps = [call(i, "browser", args=i % 2, state_hash="page-1") for i in range(6)]
     run = SeedRun("trajectory", detectors={"trajectory": OFF})
     run.run(steps)
-    assert run.session().states["trajectory"].types == ("phantom_progress",)
+    assert run.session().state("trajectory").types == ("phantom_progress",)
 
 
 def test_ping_pong_with_a_single_state_hash_is_still_detected() -> None:
@@ -195,7 +195,7 @@ def test_lexical_semantic_repeat_catches_reworded_queries() -> None:
     run = SeedRun("trajectory", detectors={"trajectory": {}})
     ctxs = run.run(queries("weather Paris", "Paris weather", "weather in Paris", "in Paris weather"))
     assert [c.attributes["otelloop.loop_score"] for c in ctxs[:3]] == [0, 0, 0]
-    state = run.session().states["trajectory"]
+    state = run.session().state("trajectory")
     assert state.types == ("semantic_repeat",)
     added = ctxs[3].attributes["otelloop.loop_score"]
     assert 1.5 * 0.85 <= added < 1.5  # weight × mean similarity of the three matches
@@ -233,7 +233,7 @@ def test_state_is_bounded() -> None:
     long_args = "x" * 10_000
     for i in range(300):
         run.step(make_step(f"tool_{i % 7}", i=i, args_hash=i, args_text=long_args, output_hash=i))
-    state = run.session().states["trajectory"]
+    state = run.session().state("trajectory")
     assert len(state.history) == 10
     assert all(len(e.descriptor) < 250 for e in state.history)
 
@@ -243,14 +243,14 @@ def test_reload_applies_thresholds_and_history_size() -> None:
     run.run(alternating(6, changing=False))
     run.reconfigure({"trajectory": {**OFF, "history": 3, "nudge_threshold": 4.5, "stop_threshold": 4.9}})
     ctx = run.step(call(6, "A", args=0))
-    state = run.session().states["trajectory"]
+    state = run.session().state("trajectory")
     assert len(state.history) == 3 and [e.name for e in state.history] == ["A", "B", "A"]
     # History 3 is too short for ping-pong: the score decays from 2.5 and the level follows new thresholds.
     assert ctx.attributes["otelloop.loop_score"] == 1.25
     assert ctx.attributes["otelloop.intervention"] == "observe"
     run.reconfigure({"trajectory": {"history": 10}})
     run.run([call(7 + i, "search_web", args=1) for i in range(3)])
-    assert len(run.session().states["trajectory"].history) == 6  # grows again up to the new size
+    assert len(run.session().state("trajectory").history) == 6  # grows again up to the new size
 
 
 def test_switching_similarity_on_mid_session() -> None:
