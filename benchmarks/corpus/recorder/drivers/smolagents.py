@@ -15,7 +15,7 @@ from typing import Any
 
 from ..endpoint import chat_completion, serve_json, tool_call
 from ..script import Scenario
-from .common import RunContext, ToolFailed
+from .common import RunContext, instrumented_capture
 
 MODEL = "gpt-4o-mini"
 
@@ -23,11 +23,7 @@ MODEL = "gpt-4o-mini"
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 
-    from ..capture import Capture
-
-    cap = Capture(service)
-    SmolagentsInstrumentor().instrument(tracer_provider=cap.provider)
-    return cap, lambda: None
+    return instrumented_capture(service, SmolagentsInstrumentor)
 
 
 def prepare(sc: Scenario) -> Scenario:
@@ -66,13 +62,10 @@ def run(ctx: RunContext) -> str:
 
     def make_tool(name: str) -> Tool:
         spec = sc.tools[name].spec
+        run_tool = ctx.tool_function(name)
 
         def forward(self: Any, **kwargs: Any) -> str:
-            args = {k: v for k, v in kwargs.items() if v is not None}
-            try:
-                return ctx.execute(name, args)
-            except ToolFailed as e:
-                raise RuntimeError(str(e)) from None
+            return run_tool(**{k: v for k, v in kwargs.items() if v is not None})
 
         cls = type(f"{name.title().replace('_', '')}Tool", (Tool,), {
             "name": name, "description": spec.description, "output_type": "string",
