@@ -32,18 +32,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_pipeline import start  # noqa: E402
+from procinfo import rss_mib  # noqa: E402
 
 HERE = Path(__file__).parent
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 T0 = 1_700_000_000_000_000_000
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def http_get(url: str) -> tuple[int, bytes]:

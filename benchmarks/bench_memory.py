@@ -21,18 +21,11 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_pipeline import DETECTORS, start  # noqa: E402
+from procinfo import rss_mib  # noqa: E402
 from workload import build_batch  # noqa: E402
 
 HERE = Path(__file__).parent
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def feed(target: str, sessions: int, steps: int) -> None:

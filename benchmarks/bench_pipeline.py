@@ -28,17 +28,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from procinfo import cpu_seconds  # noqa: E402
 from workload import build_batch  # noqa: E402
 
 HERE = Path(__file__).parent
 DETECTORS = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def pinned(cpu: int, cmd: list[str]) -> list[str]:

@@ -133,6 +133,23 @@ def _tests_call(b: Builder, i: int, expect, target: str = ""):  # type: ignore[n
     return b.call("tests", expect, target=target)
 
 
+def _fix_one_by_one(b: Builder, i: int, bugs: list[str], words: tuple[str, str, str, str]) -> None:
+    """The test run, then per bug read → edit (the fix) → the test run, the failure count falling to 0.
+
+    ``words``: the agent's text at the first test run, the read (``{m}`` names the module), the edit and
+    each later test run.
+    """
+    first, read, edit, again = words
+    left = _fail_total(bugs)
+    b.turn(_tests_call(b, i, failing(left)), text=first)
+    for m in bugs:
+        mod = MODULES[m]
+        b.turn(b.call("read", contains(mod.bug.strip()), path=mod.path), text=read.format(m=m))
+        b.turn(b.call("edit", OK, path=mod.path, old=mod.bug, new=mod.fix), text=edit)
+        left -= mod.failing
+        b.turn(_tests_call(b, i, failing(left)), text=again)
+
+
 # -- 1. repeat: the same call with the same result / batches over many files -------------------------------
 
 
@@ -247,14 +264,7 @@ def test_fix_healthy(b: Builder, i: int) -> tuple[str, str]:
     names = list(MODULES)
     bugs = [names[(i * 3 + k) % len(names)] for k in range(3 + i % 2)]
     b.options = {"modules": sorted(set(bugs) | {"pricing", "cart"}), "bugs": bugs}
-    left = _fail_total(bugs)
-    b.turn(_tests_call(b, i, failing(left)), text="Running the tests.")
-    for m in bugs:
-        mod = MODULES[m]
-        b.turn(b.call("read", contains(mod.bug.strip()), path=mod.path), text=f"Looking at {m}.")
-        b.turn(b.call("edit", OK, path=mod.path, old=mod.bug, new=mod.fix), text="Fixing it.")
-        left -= mod.failing
-        b.turn(_tests_call(b, i, failing(left)), text="Re-running the tests.")
+    _fix_one_by_one(b, i, bugs, ("Running the tests.", "Looking at {m}.", "Fixing it.", "Re-running the tests."))
     b.final(f"Fixed {len(bugs)} bugs; all tests pass.")
     return f"{len(bugs)} bugs fixed one by one, the failure count falls to 0", "Make the test suite pass."
 
@@ -485,14 +495,7 @@ def long_healthy(b: Builder, i: int) -> tuple[str, str]:
     if i % 2 == 0:
         bugs = names[:13] if i % 4 == 0 else names[1:14]
         b.options = {"modules": names, "bugs": bugs}
-        left = _fail_total(bugs)
-        b.turn(_tests_call(b, i, failing(left)), text="Running the whole suite.")
-        for m in bugs:
-            mod = MODULES[m]
-            b.turn(b.call("read", contains(mod.bug.strip()), path=mod.path), text=f"Reading {m}.")
-            b.turn(b.call("edit", OK, path=mod.path, old=mod.bug, new=mod.fix), text="Fixing.")
-            left -= mod.failing
-            b.turn(_tests_call(b, i, failing(left)), text="Re-running the suite.")
+        _fix_one_by_one(b, i, bugs, ("Running the whole suite.", "Reading {m}.", "Fixing.", "Re-running the suite."))
         b.turn(b.call("write", OK, path="CHANGELOG.md", content="Fixed: " + ", ".join(bugs) + ".\n"),
                text="Noting the fixes.")
         b.final(f"Fixed {len(bugs)} modules; the suite passes.")

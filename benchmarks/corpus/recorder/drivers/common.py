@@ -1,8 +1,9 @@
-"""What every driver shares: running a real tool and logging it, handoff/delegation bookkeeping."""
+"""What every driver shares: the capture, running a real tool and logging it, handoff bookkeeping."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,21 @@ from ..workspace import ToolError, Workspace
 
 class ToolFailed(Exception):
     """Raised from a framework tool function when the real tool failed (the framework's error path)."""
+
+
+def instrumented_capture(service: str, instrumentor: Any = None, set_global: bool = False,
+                         finish: Callable[[], None] | None = None) -> tuple[Capture, Callable[[], None]]:
+    """What a driver's ``setup`` returns: a :class:`Capture` for ``service`` and the hook to call after the
+    run, before the capture is flushed (``finish``; by default nothing to wait for).
+
+    ``instrumentor``: an instrumentor class (OpenInference, OpenTelemetry contrib) that traces the framework
+    to the capture's provider; ``set_global``: for frameworks that trace through the global
+    ``TracerProvider``.
+    """
+    cap = Capture(service, set_global=set_global)
+    if instrumentor is not None:
+        instrumentor().instrument(tracer_provider=cap.provider)
+    return cap, finish or (lambda: None)
 
 
 @dataclass
@@ -39,6 +55,17 @@ class RunContext:
         if failed:
             raise ToolFailed(text)
         return text
+
+    def tool_function(self, name: str, failure: type[Exception] = RuntimeError) -> Callable[..., str]:
+        """``fn(**kwargs)`` running the real tool ``name`` (:meth:`execute`); a failed tool raises ``failure``
+        with the tool's error text, which is how most frameworks learn that a tool failed."""
+
+        def fn(**kwargs: Any) -> str:
+            try:
+                return self.execute(name, kwargs)
+            except ToolFailed as e:
+                raise failure(str(e)) from None
+        return fn
 
     def note(self, name: str, args: dict[str, Any], text: str, turn: int | None = None,
              start: int | None = None) -> None:

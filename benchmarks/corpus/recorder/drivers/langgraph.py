@@ -13,15 +13,13 @@ import os
 import time
 from typing import Annotated, Any, TypedDict
 
-from .common import RunContext, ToolFailed, handoff_tool_name
+from .common import RunContext, handoff_tool_name, instrumented_capture
 
 MODEL = "gpt-4o-mini"
 
 
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
     """Instrument before the framework is imported; returns (capture, finish hook)."""
-    from ..capture import Capture
-
     if dialect == "langgraph_langsmith":
         os.environ.update(
             LANGSMITH_TRACING="true", LANGSMITH_TRACING_MODE="otel",
@@ -31,18 +29,15 @@ def setup(dialect: str, service: str) -> tuple[Any, Any]:
             # LangSmith copies LANGSMITH_* variables into span metadata and, unless told, the git revision.
             LANGSMITH_REVISION_ID="otelloop-corpus",
         )
-        cap = Capture(service, set_global=True)
 
         def finish() -> None:
             from langchain_core.tracers.langchain import wait_for_all_tracers
 
             wait_for_all_tracers()
-        return cap, finish
-    cap = Capture(service)
+        return instrumented_capture(service, set_global=True, finish=finish)
     from openinference.instrumentation.langchain import LangChainInstrumentor
 
-    LangChainInstrumentor().instrument(tracer_provider=cap.provider)
-    return cap, lambda: None
+    return instrumented_capture(service, LangChainInstrumentor)
 
 
 def run(ctx: RunContext) -> str:
@@ -96,14 +91,8 @@ def run(ctx: RunContext) -> str:
 
     def make_tool(name: str) -> Any:
         spec = sc.tools[name].spec
-
-        def fn(**kwargs: Any) -> str:
-            try:
-                return ctx.execute(name, kwargs)
-            except ToolFailed as e:
-                raise RuntimeError(str(e)) from None
-        return StructuredTool.from_function(func=fn, name=name, description=spec.description,
-                                            args_schema=spec.schema())
+        return StructuredTool.from_function(func=ctx.tool_function(name), name=name,
+                                            description=spec.description, args_schema=spec.schema())
 
     def make_handoff(target: str) -> Any:
         name = handoff_tool_name(target)

@@ -14,7 +14,7 @@ import inspect
 import json
 from typing import Any
 
-from .common import RunContext, ToolFailed
+from .common import RunContext, instrumented_capture
 
 MODEL = "gpt-4o-mini"
 
@@ -22,12 +22,8 @@ MODEL = "gpt-4o-mini"
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-    from ..capture import Capture
-
-    cap = Capture(service)
     # Exclusive by default: replaces the SDK's exporter to the OpenAI backend, so nothing leaves the machine.
-    OpenAIAgentsInstrumentor().instrument(tracer_provider=cap.provider)
-    return cap, lambda: None
+    return instrumented_capture(service, OpenAIAgentsInstrumentor)
 
 
 def run(ctx: RunContext) -> str:
@@ -87,13 +83,7 @@ def run(ctx: RunContext) -> str:
 
     def make_tool(name: str) -> Any:
         spec = sc.tools[name].spec
-
-        def fn(**kwargs: Any) -> str:
-            try:
-                return ctx.execute(name, kwargs)
-            except ToolFailed as e:
-                raise RuntimeError(str(e)) from None
-
+        fn = ctx.tool_function(name)
         params = [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str,
                                     **({} if p in spec.required else {"default": ""}))
                   for p in spec.params]

@@ -13,15 +13,14 @@ import time
 from typing import Any
 
 from ..script import Scenario
-from .common import RunContext, ToolFailed
+from .common import RunContext, instrumented_capture
 
 MODEL = "gpt-4o-mini"
 
 
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
-    from ..capture import Capture
-
-    return Capture(service), lambda: None
+    # the instrumentation is switched on in run(), with the capture's provider
+    return instrumented_capture(service)
 
 
 def prepare(sc: Scenario) -> Scenario:
@@ -56,13 +55,8 @@ def run(ctx: RunContext) -> str:
 
     def make_tool(name: str) -> Any:
         spec = sc.tools[name].spec
-
-        def fn(**kwargs: Any) -> str:
-            try:
-                return ctx.execute(name, kwargs)
-            except ToolFailed as e:
-                raise ModelRetry(str(e)) from None
-        tool = Tool.from_schema(fn, name=name, description=spec.description, json_schema=spec.schema())
+        tool = Tool.from_schema(ctx.tool_function(name, ModelRetry), name=name, description=spec.description,
+                                json_schema=spec.schema())
         tool.max_retries = 1000  # the scripted agent decides when to give up, as the script says
         return tool
 

@@ -9,14 +9,13 @@ keeps the real model class, HTTP client and usage reporting). A smolagents agent
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from ..endpoint import chat_completion, serve_json, tool_call
 from ..script import Scenario
-from .common import RunContext, ToolFailed
+from .common import RunContext, instrumented_capture
 
 MODEL = "gpt-4o-mini"
 
@@ -24,11 +23,7 @@ MODEL = "gpt-4o-mini"
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 
-    from ..capture import Capture
-
-    cap = Capture(service)
-    SmolagentsInstrumentor().instrument(tracer_provider=cap.provider)
-    return cap, lambda: None
+    return instrumented_capture(service, SmolagentsInstrumentor)
 
 
 def prepare(sc: Scenario) -> Scenario:
@@ -39,39 +34,19 @@ def _serve(ctx: RunContext) -> ThreadingHTTPServer:
     """The scripted endpoint: ``POST /<agent>/v1/chat/completions`` answers with that agent's next turn."""
     brain = ctx.brain
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            agent = self.path.split("/")[1]
-            plan = brain.take(agent)
-            time.sleep(plan.delay_s)
-            t = plan.turn
-            calls = [{"id": cid, "type": "function", "function": {"name": c.tool, "arguments": json.dumps(c.args)}}
-                     for c, cid in zip(t.calls, plan.call_ids)]
-            if not calls:  # a smolagents agent answers through its final_answer tool
-                cid = f"call_{plan.index:03d}_f"
-                calls = [{"id": cid, "type": "function",
-                          "function": {"name": "final_answer", "arguments": json.dumps({"answer": t.text})}}]
-                ctx.note("final_answer", {"answer": t.text}, t.text)
-            body = {"id": f"chatcmpl-{plan.index}", "object": "chat.completion", "created": 1_700_000_000 + plan.index,
-                    "model": MODEL,
-                    "choices": [{"index": 0, "finish_reason": "tool_calls",
-                                 "message": {"role": "assistant", "content": t.text or None, "tool_calls": calls}}],
-                    "usage": {"prompt_tokens": plan.input_tokens, "completion_tokens": plan.output_tokens,
-                              "total_tokens": plan.input_tokens + plan.output_tokens}}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def reply(n: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        plan = brain.take(path.split("/")[1])
+        time.sleep(plan.delay_s)
+        t = plan.turn
+        calls = [tool_call(cid, c.tool, c.args) for c, cid in zip(t.calls, plan.call_ids)]
+        if not calls:  # a smolagents agent answers through its final_answer tool
+            calls = [tool_call(f"call_{plan.index:03d}_f", "final_answer", {"answer": t.text})]
+            ctx.note("final_answer", {"answer": t.text}, t.text)
+        message = {"role": "assistant", "content": t.text or None, "tool_calls": calls}
+        return 200, chat_completion(plan.index, MODEL, message, "tool_calls", plan.input_tokens,
+                                    plan.output_tokens)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_json(reply)
 
 
 def run(ctx: RunContext) -> str:
@@ -87,13 +62,10 @@ def run(ctx: RunContext) -> str:
 
     def make_tool(name: str) -> Tool:
         spec = sc.tools[name].spec
+        run_tool = ctx.tool_function(name)
 
         def forward(self: Any, **kwargs: Any) -> str:
-            args = {k: v for k, v in kwargs.items() if v is not None}
-            try:
-                return ctx.execute(name, args)
-            except ToolFailed as e:
-                raise RuntimeError(str(e)) from None
+            return run_tool(**{k: v for k, v in kwargs.items() if v is not None})
 
         cls = type(f"{name.title().replace('_', '')}Tool", (Tool,), {
             "name": name, "description": spec.description, "output_type": "string",

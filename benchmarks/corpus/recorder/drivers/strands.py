@@ -12,15 +12,13 @@ import json
 from typing import Any
 
 from ..script import Scenario, Turn
-from .common import RunContext, ToolFailed
+from .common import RunContext, ToolFailed, instrumented_capture
 
 MODEL = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 
 
 def setup(dialect: str, service: str) -> tuple[Any, Any]:
-    from ..capture import Capture
-
-    return Capture(service, set_global=True), lambda: None
+    return instrumented_capture(service, set_global=True)  # strands' tracer uses the global provider
 
 
 def prepare(sc: Scenario) -> Scenario:
