@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from otelloop.config import build_config
-from otelloop.otlp.json_codec import JSONDecodeError, json_to_request
+from otelloop.otlp.json_codec import JSONDecodeError, json_to_protobuf_pieces, json_to_request
 from otelloop.pipeline import InvalidRequest, Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,6 +182,7 @@ def test_json_decoder_on_arbitrary_bytes(body: bytes) -> None:
 
 @FUZZ
 @given(otlp_json_docs())
+@example({"resourceSpans": [{"scopeSpans": [{"spans": [{"kind": math.inf}]}]}]})
 def test_json_decoder_on_otlp_shaped_documents_with_any_values(doc: Any) -> None:
     try:
         request = json_to_request(json.dumps(doc))
@@ -191,6 +192,19 @@ def test_json_decoder_on_otlp_shaped_documents_with_any_values(doc: Any) -> None
         for ss in rs.scope_spans:
             for span in ss.spans:
                 assert len(span.trace_id) in (0, 16) and len(span.span_id) in (0, 8)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e400", '"x"', "[]", "{}", "true"])
+@pytest.mark.parametrize("field", ["kind", "startTimeUnixNano", "droppedAttributesCount"])
+def test_json_decoder_turns_odd_numbers_into_client_errors(field: str, value: str) -> None:
+    """Both decoders (whole body and piece by piece) answer every odd value with their own error:
+    ``json_format`` lets ``OverflowError`` escape for ``Infinity`` where an enum belongs."""
+    body = '{"resourceSpans": [{"scopeSpans": [{"spans": [{"%s": %s}]}]}]}' % (field, value)
+    for decode in (json_to_request, json_to_protobuf_pieces):
+        try:
+            decode(body)
+        except JSONDecodeError as e:
+            assert str(e)
 
 
 @pytest.mark.parametrize("depth", [10, 1_000, 100_000])

@@ -82,12 +82,24 @@ def json_to_request(body: bytes | str | dict[str, Any]) -> PB2ExportTraceService
         except RecursionError:
             raise JSONDecodeError("not valid JSON: nested too deeply") from None
     _walk(doc)
+    return _parse_dict(doc)
+
+
+def _parse_dict(doc: dict[str, Any]) -> PB2ExportTraceServiceRequest:
+    """``json_format.ParseDict`` with every way it can fail turned into one client error.
+
+    Besides ``ParseError`` it lets other exceptions escape for odd values: ``Infinity`` where an enum
+    or integer belongs raises ``OverflowError``, nesting beyond its limit ``RecursionError``, some
+    wrong types ``TypeError``/``ValueError``. All of them are the sender's fault.
+    """
     try:
         return json_format.ParseDict(doc, PB2ExportTraceServiceRequest(), ignore_unknown_fields=True)
     except json_format.ParseError as e:
         raise JSONDecodeError(str(e)) from None
     except RecursionError:  # deeper than protobuf's own nesting limit allows
         raise JSONDecodeError("values nested too deeply") from None
+    except (OverflowError, TypeError, ValueError, AttributeError) as e:
+        raise JSONDecodeError(f"invalid value: {e}") from None
 
 
 def json_to_protobuf(body: bytes | str) -> bytes:
@@ -243,13 +255,7 @@ class _Pieces:
         rs = dict(header)
         if scope is not None:
             rs["scopeSpans"] = [dict(scope, spans=spans)]
-        try:
-            message = json_format.ParseDict({"resourceSpans": [rs]}, PB2ExportTraceServiceRequest(),
-                                            ignore_unknown_fields=True)
-        except json_format.ParseError as e:
-            raise JSONDecodeError(str(e)) from None
-        except RecursionError:
-            raise JSONDecodeError("values nested too deeply") from None
+        message = _parse_dict({"resourceSpans": [rs]})
         self.out.append(message.SerializeToString())
 
 
