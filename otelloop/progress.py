@@ -24,6 +24,7 @@ session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as n
 
 from __future__ import annotations
 
+import functools
 from array import array
 
 from otelloop.mapping.canonical import hash_text
@@ -119,7 +120,9 @@ def _result_key(step: Step) -> int | None:
     return step.output_hash
 
 
+@functools.lru_cache(maxsize=4096)
 def _stable(*parts: object) -> int:
+    """A stable hash of the parts; memoised, since a stuck session produces the same few keys."""
     return hash_text("\x1f".join(map(str, parts)))
 
 

@@ -17,6 +17,7 @@ cache is shared by all sessions: looping sessions repeat their descriptors, so m
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -257,8 +258,13 @@ def embedding_unavailable_message(missing: Sequence[str]) -> str:
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_negated(text: str) -> bool:
-    """Whether the text contains a negation word, so "X" and "not X" are not taken as repeats."""
+    """Whether the text contains a negation word, so "X" and "not X" are not taken as repeats.
+
+    Memoised: a looping session asks about the same few descriptors again and again, and the search
+    costs more than the lookup (at most 4096 descriptors of a few hundred bytes are kept).
+    """
     return _NEGATION.search(text) is not None
 
 
