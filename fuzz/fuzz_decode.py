@@ -30,7 +30,7 @@ with atheris.instrument_imports(include=["otelloop"]):
     from otelloop.otlp.json_codec import JSONDecodeError, json_to_request
     from otelloop.pipeline import InvalidRequest, Pipeline
 
-#: Keys whose values the mapping interprets (SPEC §3); fuzzed values go under them.
+#: Keys whose values the mapping interprets (docs/mapping.md); fuzzed values go under them.
 MAPPED_KEYS = (
     "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "input.value", "output.value",
     "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cost", "session.id",

@@ -1742,7 +1742,7 @@ malformed:
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Typed reads of attribute values (SPEC §3), for the mapper                                          */
+/* Typed reads of attribute values (docs/mapping.md), for the mapper                                  */
 
 enum { R_STRING = 0, R_TEXT = 1, R_COUNT = 2, R_AMOUNT = 3 };
 

@@ -1,5 +1,5 @@
 """Admin HTTP API: ``/metrics``, ``/healthz``, ``/readyz``, the sessions API, the event stream and the
-operator console (SPEC §5, §7).
+operator console (docs/console.md, docs/metrics.md).
 
 Who may do what (docs/console.md says the same for operators):
 
@@ -418,7 +418,7 @@ def _summary_field(s: Session, detector: Any, field: str) -> Any:
 
 
 def _loop_badge(s: Session, stall: Any, budget: int | None) -> dict[str, Any] | None:
-    """The tracked cycle with the most iterations (the seed's "Loop i/N" badge), or None."""
+    """The tracked cycle with the most iterations (the console's "Loop i/N" badge), or None."""
     cycles = _summary_field(s, stall, "cycles")
     if not cycles:
         return None

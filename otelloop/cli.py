@@ -1,4 +1,4 @@
-"""Command line: ``otelloop serve | check-config | analyze | demo`` (SPEC §1)."""
+"""Command line: ``otelloop serve | check-config | analyze | demo`` (see the README)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent-side verdict check: one call between steps asks otelloop whether to go on (SPEC §5).
+"""The agent-side verdict check: one call between steps asks otelloop whether to go on (docs/detectors.md).
 
 This module owns the client of ``GET /v1/sessions/{id}/verdict``. It uses only the standard library so
 that an agent needs no extra dependency to obey otelloop, and it never raises: a guard that crashes or
@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import quote
 
-#: Verdicts an agent may be told (SPEC §5).
+#: Verdicts an agent may be told (docs/detectors.md#verdicts).
 VERDICTS = frozenset({"continue", "nudge", "stop", "paused"})
 #: Largest response body read; a verdict is a few hundred bytes.
 MAX_BODY_BYTES = 64 * 1024

@@ -1,4 +1,4 @@
-"""Configuration: one YAML file, validated before any port opens (SPEC §1).
+"""Configuration: one YAML file, validated before any port opens (docs/configuration.md).
 
 Precedence: command-line flags > the YAML file > ``OTEL_EXPORTER_OTLP_TRACES_*`` > ``OTEL_EXPORTER_OTLP_*``
 > defaults. Every field is documented with its default. Errors name the full key path, e.g.
@@ -25,7 +25,7 @@ from otelloop.detectors.registry import registered
 
 
 #: Detector profiles: ``default`` is tuned to tell loops from progress on real agent traces; ``seed``
-#: reproduces the source designs' algorithms and defaults exactly (see docs/detectors.md).
+#: keeps the strict rules that count repetition whatever its results (see docs/detectors.md#profiles).
 PROFILES: tuple[str, ...] = ("default", "seed")
 DEFAULT_PROFILE = "default"
 

@@ -1,4 +1,4 @@
-"""LangGraph adapter: a guard node that makes a graph obey otelloop's verdict (SPEC §5).
+"""LangGraph adapter: a guard node that makes a graph obey otelloop's verdict (docs/detectors.md#verdicts).
 
 This module owns closing the loop for LangGraph agents. Placed after the tools node, the guard asks
 otelloop for the session's verdict and routes:

@@ -17,13 +17,13 @@ Severity = Literal["info", "warn", "loop", "stop"]
 Verdict = Literal["continue", "nudge", "stop", "paused"]
 ToolClass = Literal["read", "write", "exec"]
 
-#: Verdicts ordered from least to most severe (SPEC §5: the most severe wins).
+#: Verdicts ordered from least to most severe (the most severe wins, docs/detectors.md#verdicts).
 VERDICT_RANK: dict[str, int] = {"continue": 0, "nudge": 1, "stop": 2, "paused": 3}
 
 
 @dataclass(slots=True)
 class Step:
-    """One agent operation recognised in a span (SPEC §3).
+    """One agent operation recognised in a span (docs/mapping.md).
 
     Hashes are 64-bit integers of a canonical form (see ``otelloop.mapping.canonical``) so that two
     emitters that serialise the same tool call differently still compare equal, and so that per-session
@@ -89,7 +89,7 @@ class Finding:
         detector: name of the detector (equals its config key and metric label value).
         event: span event name, always starting with ``otelloop.``.
         severity: ``info``, ``warn``, ``loop`` or ``stop``.
-        attributes: event attributes besides the four every event carries (SPEC §4).
+        attributes: event attributes besides the four every event carries (docs/detectors.md).
         message: one human-readable line (printed in detect-only mode and shown in the sessions API).
     """
 

@@ -1,4 +1,4 @@
-"""Text similarity backends for the trajectory detector's semantic-repeat check (SPEC §4.6).
+"""Text similarity backends for the trajectory detector's semantic-repeat check (docs/detectors.md).
 
 This module owns the ``similarity: lexical | embedding | off`` choice: turning a step descriptor such as
 ``search_web({"query": "weather in Paris"}) → empty`` into a vector, and the cosine between two of them.

@@ -1,4 +1,4 @@
-"""Bounded per-session state (SPEC §8): least-recently-seen eviction and an idle timeout.
+"""Bounded per-session state (docs/deploy.md#memory): least-recently-seen eviction and an idle timeout.
 
 The store is an ``OrderedDict`` kept in last-seen order, so touching a session, evicting the least
 recently seen one and sweeping idle ones are all O(1) per session affected. Two small indexes serve the
@@ -126,7 +126,7 @@ class Session:
         self.findings = tuple(kept[-RECENT_FINDINGS:])
 
     def apply_votes(self, votes: dict[str, tuple[str, str, str]]) -> None:
-        """Fold detector votes into the session verdict (SPEC §5: the most severe wins)."""
+        """Fold detector votes into the session verdict (the most severe wins, docs/detectors.md#verdicts)."""
         for detector, vote in votes.items():
             if vote[0] == "continue":
                 if self.votes:

@@ -318,9 +318,9 @@ def _detector_sections() -> list[Section]:
 
 
 PROFILE_TEXT = ("The set of detector defaults in force. `default` is tuned on recorded runs of real agent "
-                "frameworks to stop loops early and leave healthy repetition alone; `seed` reproduces the "
-                "source designs' algorithms and numbers exactly. A value written in a detector's section wins "
-                "over either profile. See [detectors.md](detectors.md#profiles).")
+                "frameworks to stop loops early and leave healthy repetition alone; `seed` keeps the "
+                "strict rules that count repetition whatever its results. A value written in a detector's "
+                "section wins over either profile. See [detectors.md](detectors.md#profiles).")
 
 
 def _note_profiles(section: Section, profiles: dict[str, dict[str, Any]]) -> None:

@@ -214,7 +214,7 @@ def assert_valid_order(messages: Sequence[BaseMessage]) -> None:
 
 
 def oi_kind(attrs: dict[str, Any]) -> str | None:
-    """SPEC §3 step kind of an OpenInference span (the only convention these tests emit)."""
+    """The step kind (docs/mapping.md) of an OpenInference span (the only convention these tests emit)."""
     return {"TOOL": "tool", "RETRIEVER": "tool", "LLM": "llm", "CHAIN": "system", "AGENT": "system"}.get(
         attrs.get("openinference.span.kind", ""))
 

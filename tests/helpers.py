@@ -25,7 +25,7 @@ def make_step(name: str = "search_web", kind: str = "tool", i: int = 0, session:
 class DetectorRun:
     """Feeds steps through the engine restricted to some detectors, like the pipeline does.
 
-    ``profile`` is ``detectors.profile``: ``default``, or ``seed`` for the source designs' tables.
+    ``profile`` is ``detectors.profile``: ``default``, or ``seed`` for the strict rules.
     """
 
     profile = "default"
@@ -52,6 +52,6 @@ class DetectorRun:
 
 
 class SeedRun(DetectorRun):
-    """A :class:`DetectorRun` under ``detectors.profile: seed`` (the source designs' exact algorithms)."""
+    """A :class:`DetectorRun` under ``detectors.profile: seed`` (the strict rules)."""
 
     profile = "seed"

@@ -1,4 +1,4 @@
-"""The sessions API (SPEC §5): listing, one session, verdicts, pause/resume guarded by the admin token."""
+"""The sessions API: listing, one session, verdicts, pause/resume guarded by the admin token."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Issue 4: ``otelloop analyze`` over a recorded coding-agent session finds the drift patterns (SPEC §4.3).
+"""``otelloop analyze`` over a recorded coding-agent session finds the drift patterns.
 
 ``fixtures/coding_session.jsonl`` (written by ``fixtures/make_coding_session.py``) holds a Claude Code
 session and an OpenHands session, each 11 agent turns of a ``chat`` step and a tool step (steps 1-22,
 the tool step of turn n is step 2n) plus the root ``invoke_agent`` step, processed last (step 23).
 
-Where each pattern *holds* (SPEC §4.3, judged at the step that completes it) is read off the scripts by
+Where each pattern *holds* (judged at the step that completes it) is read off the scripts by
 hand below; which of those steps alert, and how hard, follows from the EMA and cooldown rules, computed
 here by :func:`alerts` and also written out by hand.
 """
@@ -65,7 +65,7 @@ ALPHA, COOLDOWN, ESCALATION = 0.3, 5, 0.5
 
 
 def alerts(holds: dict[str, tuple[str, list[int]]]) -> list[tuple[str, str, str, int, float]]:
-    """SPEC §4.3's EMA and cooldown over one session: (pattern, target, escalation, step, ema) per alert."""
+    """Drift's EMA and cooldown over one session: (pattern, target, escalation, step, ema) per alert."""
     out = []
     for pattern, (target, steps) in holds.items():
         ema, last = 0.0, None
@@ -114,7 +114,7 @@ def test_drift_findings(report: dict[int, dict[str, Any]], session: int) -> None
 
 
 def test_hard_drift_nudges_until_the_trend_falls_back(tmp_path: Path) -> None:
-    """SPEC §5: a hard escalation makes the verdict ``nudge``, and it falls back once the EMA is back at
+    """A hard escalation makes the verdict ``nudge``, and it falls back once the EMA is back at
     0.5 (the next step here). Trajectory, which would stop these sessions for their repeated calls, is
     disabled so drift's own vote shows in each span's ``otelloop.verdict``."""
     config, output = tmp_path / "drift-only.yaml", tmp_path / "enriched.jsonl"

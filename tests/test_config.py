@@ -1,4 +1,4 @@
-"""Configuration: SPEC §1 defaults, errors that name the key path, env vars, upstream URLs."""
+"""Configuration: documented defaults, errors that name the key path, env vars, upstream URLs."""
 
 from __future__ import annotations
 

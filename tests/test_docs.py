@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -244,4 +245,54 @@ def test_architecture_module_map_names_every_module() -> None:
         if f"`{rel}`" not in table and f"`{path.name}`" not in table and f"`{package}`" not in table:
             missing.append(rel)
     assert missing == []
-    assert "SPEC" not in text and "seed" not in text.lower()
+    assert "seed" not in text.lower()
+
+
+# Patterns of references to design documents that are not part of the repository. They are assembled
+# from pieces so that this file does not match them itself.
+_OUTSIDE_REFERENCES = re.compile("|".join([
+    r"(?i:\bspec\s*" + "\u00a7)",  # a section sign after the word, any case
+    r"\b" + "SP" + r"EC\b",         # the word itself, upper case
+    "se" + r"ed 00\d",               # numbered design notes
+    "se" + "eds/",                   # their folder
+    r"\bF" + r"R-\d",               # numbered requirements
+]))
+
+
+def _tracked_text_files() -> list[Path]:
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True,
+                                timeout=60).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def test_the_repository_refers_to_no_document_outside_it() -> None:
+    """Code, docs, tests, chart, dashboards and fixtures explain themselves or link to docs/, never to a
+    design document that is not in the repository."""
+    hits = []
+    for path in _tracked_text_files():
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue  # binary
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            continue  # binary
+        for number, line in enumerate(text.splitlines(), 1):
+            if _OUTSIDE_REFERENCES.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert hits == []
+
+
+def test_outside_reference_patterns_catch_what_they_are_for() -> None:
+    section = "\u00a7"
+    for line in [f"(SP{'EC'} {section}3)", f"per SP{'EC'}", f"spec {section}4.1", f"se{'ed'} 003",
+                 f"docs/se{'eds'}/x.md", f"F{'R'}-9"]:
+        assert _OUTSIDE_REFERENCES.search(line), line
+    for line in ["MetricSpec", "SPECS", "detectors.profile: seed", "the seed profile", "random.Random(seed)",
+                 "OTLP \u00a7Failures", "FRAME-1"]:
+        assert not _OUTSIDE_REFERENCES.search(line), line

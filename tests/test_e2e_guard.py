@@ -1,4 +1,4 @@
-"""Issue 5, end to end: a LangGraph agent obeying otelloop through ``add_verdict_guard``.
+"""End to end: a LangGraph agent obeying otelloop through ``add_verdict_guard``.
 
 The ReAct graph is ``agent → tools → otelloop_guard → agent``; the guard asks the real ``otelloop serve``
 (admin API on 127.0.0.1) for the verdict of the session, which is the trace id of the application span

@@ -1,16 +1,16 @@
-"""Issue 3, end to end: a real LangGraph ReAct agent stuck on one search, traced by OpenInference.
+"""End to end: a real LangGraph ReAct agent stuck on one search, traced by OpenInference.
 
 The agent's spans go through the real OTel SDK (OTLP/gRPC) to a real ``otelloop serve`` that forwards to
 a sink, and at the same time to a recorder, so the very same requests can be replayed through
 ``otelloop analyze`` and compared with what the live service found.
 
-The positions of the findings below are those of the source designs' exact rules, so otelloop runs
+The positions of the findings below are those of the strict rules, so otelloop runs
 under ``detectors.profile: seed`` here (the default profile's verdicts on real agents are held by the
 labelled corpus, ``tests/test_corpus_quality.py``). Two ways of being stuck, both with the scripted model
 asking ``search_web("weather in Paris")`` six times before it answers:
 
 - ``one_call_per_turn``: one call per model turn (the usual ReAct loop). Each tool step is separated from
-  the next by the ``agent``, LLM, ``route`` and ``tools`` steps, so SPEC §4.1's consecutive-repeat count
+  the next by the ``agent``, LLM, ``route`` and ``tools`` steps, so divergence's consecutive-repeat count
   never passes 1 and a window of 5 always holds 5 distinct entries: no ``divergence_suspected`` and no
   ``entropy_alert``. The loop is caught by ``trajectory`` (stutter) and ``stall`` (the agent node's
   output repeats) instead.
@@ -59,7 +59,7 @@ SEED = {"detectors": {"profile": "seed"}}
 QUERY = "weather in Paris"
 CALLS = 6
 ANSWER = "I could not find the weather in Paris."
-#: SPEC §4.1 and §4.4 defaults, for the oracle below.
+#: The divergence and entropy defaults (docs/detectors.md), for the oracle below.
 DIVERGENCE_THRESHOLDS = {"tool": 3, "llm": 5}
 DIVERGENCE_WINDOW = 8
 ENTROPY_WINDOW = 5
@@ -90,7 +90,7 @@ def scripted(per_turn: int) -> Any:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A way of looping and where SPEC §4–5 says each finding lands.
+    """A way of looping and where each finding lands (docs/detectors.md).
 
     Positions are ``(span name, n)``: the n-th span of that name in processing order (start time, as the
     whole run is exported in one request), counting from 1.
@@ -170,7 +170,7 @@ def run(request: pytest.FixtureRequest, instrumented: SwitchTracerProvider, bg: 
         wait_for(lambda: sum(len(parse(d)) for d in list(forward.delivered)) == sent,
                  what="every span forwarded")
         spans = [s for d in forward.delivered for s in parse(d)]
-        spans.sort(key=lambda s: s.start_time_unix_nano)  # SPEC §3: within one request, by start time
+        spans.sort(key=lambda s: s.start_time_unix_nano)  # within one request, steps go by start time
         session = spans[0].trace_id.hex()
         status, body = served.get(f"/v1/sessions/{session}/verdict")
         assert status == 200, body
@@ -182,11 +182,11 @@ def run(request: pytest.FixtureRequest, instrumented: SwitchTracerProvider, bg: 
 
 
 # ---------------------------------------------------------------------------------------------------
-# An independent reading of SPEC §4.1 and §4.4 over the forwarded spans
+# An independent reading of the divergence and entropy rules (docs/detectors.md) over the forwarded spans
 
 
 def step_entry(span: Any) -> tuple[str, str, str]:
-    """(kind, name, outcome) of an OpenInference step span, per SPEC §3."""
+    """(kind, name, outcome) of an OpenInference step span, as docs/mapping.md reads it."""
     a = attrs_of(span)
     kind = oi_kind(a)
     assert kind is not None, f"{span.name} is not a step"
@@ -228,8 +228,8 @@ def test_the_agent_really_looped(run: Run) -> None:
     assert sum(s.name == "search_web" for s in run.spans) == CALLS
 
 
-def test_the_spec_oracle_agrees_with_the_expected_positions(run: Run) -> None:
-    """The hand-written positions are what SPEC §4.1/§4.4 give for this run's own step order."""
+def test_the_independent_oracle_agrees_with_the_expected_positions(run: Run) -> None:
+    """The hand-written positions follow from divergence's and entropy's rules and this run's step order."""
     entries = [step_entry(s) for s in run.spans]
     ids = [s.span_id.hex() for s in run.spans]
     expected = run.scenario.findings
@@ -244,7 +244,7 @@ def test_findings_sit_on_the_span_that_completed_them(run: Run, event: str) -> N
     assert run.events(event) == _ids(run, run.scenario.findings[event])
 
 
-def test_events_carry_what_spec_section_4_names(run: Run) -> None:
+def test_events_carry_their_documented_attributes(run: Run) -> None:
     """Common attributes on every event, and each detector's own ones."""
     actions = []
     for span in run.spans:
@@ -270,7 +270,7 @@ def test_events_carry_what_spec_section_4_names(run: Run) -> None:
 
 
 def test_every_step_span_carries_the_verdict_as_it_stood(run: Run) -> None:
-    """SPEC §4: ``otelloop.verdict`` after each step; §5: stop holds once raised."""
+    """``otelloop.verdict`` is the verdict as it stood after each step; stop holds once raised."""
     changes = {run.position(*pos).span_id: verdict for pos, verdict in run.scenario.verdicts.items()}
     verdict = "continue"
     for span in run.spans:
@@ -279,7 +279,7 @@ def test_every_step_span_carries_the_verdict_as_it_stood(run: Run) -> None:
 
 
 def test_verdict_api_says_stop(run: Run) -> None:
-    """SPEC §5: trajectory STOP and loop_halted both mean ``stop``; the first stop vote gives the reason."""
+    """Trajectory STOP and loop_halted both mean ``stop``; the first stop vote gives the reason."""
     assert run.verdict["verdict"] == "stop"
     assert run.verdict["reason"].startswith(run.scenario.reason)
     assert "Stop" in run.verdict["message"]

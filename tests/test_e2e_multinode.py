@@ -1,4 +1,4 @@
-"""Issue 4, end to end: a planner → coder → reviewer → planner LangGraph team, traced by OpenInference.
+"""End to end: a planner → coder → reviewer → planner LangGraph team, traced by OpenInference.
 
 Each node is a LangGraph node (an OpenInference CHAIN span whose node is ``langgraph_node`` in the
 ``metadata`` JSON): the planner asks a scripted chat model for a plan, the coder asks one for a
@@ -10,7 +10,7 @@ running: a node's tool and LLM spans arrive before the node's own span, so the w
 coder turn are known when the turn is judged.
 
 - ``no progress``: every turn the planner says the same thing, the coder writes the same content and the
-  test command fails the same way. SPEC §4.5: the coder's diff (derived from its writes) is unchanged on
+  test command fails the same way. ``stall``: the coder's diff (derived from its writes) is unchanged on
   its 2nd turn → ``stalled``; the reviewer's failing count has not gone down over 3 turns →
   ``repeated_error``; both on the cycle ``coder,planner,reviewer``; the verdict is ``stop``.
 - ``progress``: each turn the coder reports a new ``otelloop.progress.diff_hash`` and the failing count
@@ -229,7 +229,7 @@ def test_team_ran_its_rounds(any_run: Run) -> None:
 
 
 def test_cycle_steps_carry_cycle_id_and_iteration(any_run: Run) -> None:
-    """SPEC §4.5: from the planner's 2nd turn the three nodes form a tracked cycle anchored on the
+    """``stall``: from the planner's 2nd turn the three nodes form a tracked cycle anchored on the
     planner; every span of their turns (inner chains included) carries the badge, nothing else does."""
     planner_turns = 0
     badged = 0

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUZZ = settings(max_examples=int(os.environ.get("OTELLOOP_FUZZ_EXAMPLES", "150")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-#: Attribute keys the mapping reads (SPEC §3), so arbitrary values land where they are interpreted.
+#: Attribute keys the mapping reads (docs/mapping.md), so arbitrary values land where they are interpreted.
 MAPPED_KEYS = [
     "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result", "input.value", "output.value", "gen_ai.usage.input_tokens",

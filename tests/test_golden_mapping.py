@@ -1,4 +1,4 @@
-"""Golden mapping tests: real OTLP recorded from real agent frameworks → the steps SPEC §3 prescribes.
+"""Golden mapping tests: real OTLP recorded from real agent frameworks → the steps docs/mapping.md prescribes.
 
 Each ``tests/fixtures/<name>.pb`` is one ``ExportTraceServiceRequest`` recorded by
 ``tests/fixtures/record_fixtures.py``; ``<name>.expected.json`` lists, in processing order, the steps
@@ -77,7 +77,7 @@ def test_fixture_maps_to_expected_step_sequence(name: str) -> None:
     want = [(e["kind"], e["name"]) for e in expected]
     got = [(s.kind, s.name) for s in steps]
     assert got == want, (
-        f"{name}: otelloop made {len(got)} steps, SPEC §3 says {len(want)}\n"
+        f"{name}: otelloop made {len(got)} steps, the mapping rules say {len(want)}\n"
         + "\n".join(f"  {i:02d} expected {w!s:45} got {g}"
                     for i, (w, g) in enumerate(zip(want + [None] * len(got), got + [None] * len(want)))
                     if i < max(len(want), len(got)))
@@ -135,5 +135,5 @@ def test_step_fields(name: str, index: int) -> None:
     assert not problems, (
         f"{name} step {index} (span {expected['span_name']!r} {expected.get('span_id', '')}; "
         f"otelloop made {_describe(step)}):\n  " + "\n  ".join(problems)
-        + f"\n  (sources per SPEC §3: {json.dumps(expected.get('sources', {}))})"
+        + f"\n  (sources per docs/mapping.md: {json.dumps(expected.get('sources', {}))})"
     )

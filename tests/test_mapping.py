@@ -1,4 +1,4 @@
-"""Span → step mapping for every convention of SPEC §3, wrong types counted and ignored."""
+"""Span → step mapping for every convention docs/mapping.md lists, wrong types counted and ignored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool classification (SPEC §3 "file / command"): default names and argument shapes of common agents."""
+"""Tool classification (file / command): default names and argument shapes of common agents."""
 
 from __future__ import annotations
 

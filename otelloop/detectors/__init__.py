@@ -1,4 +1,4 @@
-"""Built-in detectors. Importing this package registers them, in SPEC §4 order.
+"""Built-in detectors. Importing this package registers them, in the order docs/detectors.md lists them.
 
 Each module defines one detector class decorated with :func:`otelloop.detectors.registry.register`.
 Adding a detector means adding one module and one import line here; nothing else changes.

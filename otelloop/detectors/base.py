@@ -61,7 +61,7 @@ class StepContext:
         self.overwrites[key] = value
 
     def vote(self, detector: str, verdict: Verdict, reason: str = "", message: str = "") -> None:
-        """Set this detector's current contribution to the session verdict (SPEC §5).
+        """Set this detector's current contribution to the session verdict (docs/detectors.md#verdicts).
 
         ``continue`` withdraws an earlier vote. A detector that does not vote on a step keeps its vote.
         """

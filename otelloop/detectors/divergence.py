@@ -1,4 +1,4 @@
-"""The ``divergence`` detector (SPEC §4.1, seed 000): the same ``(kind, name)`` step repeated back to back.
+"""The ``divergence`` detector (docs/detectors.md): the same ``(kind, name)`` step repeated back to back.
 
 This module owns the consecutive-repeat check, its configuration and its per-session state. It fires
 early and cheaply on the commonest stuck loop (``search, search, search``); alternating and

@@ -1,4 +1,4 @@
-"""The ``drift`` detector (SPEC §4.3, seed 001): a coding agent going round in circles on files and commands.
+"""The ``drift`` detector (docs/detectors.md): a coding agent going in circles on files and commands.
 
 This module owns the ``read_loop``, ``edit_revert`` and ``test_fail_loop`` patterns over the session's
 last ``window`` steps, their EMA trend, per-pattern cooldown and soft/hard escalation, the

@@ -1,4 +1,4 @@
-"""The ``entropy`` detector (SPEC §4.4, seed 002): too few distinct recent actions in a session.
+"""The ``entropy`` detector (docs/detectors.md#entropy): too few distinct recent actions in a session.
 
 This module owns the uniqueness score over the last ``window`` ``(intent, tool_call, action_status)``
 tuples, its LOOP / WARNING / NORMAL classification, the ``otelloop.entropy_alert`` event, the

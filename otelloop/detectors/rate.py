@@ -1,4 +1,4 @@
-"""The ``rate`` detector (SPEC §4.2, seed 000 §6): a session spending money or tokens too fast.
+"""The ``rate`` detector (docs/detectors.md#rate): a session spending money or tokens too fast.
 
 This module owns the cost-rate and token-velocity checks, their configuration and per-session state.
 Pattern detectors are blind to an agent that varies every call while burning budget; this one looks

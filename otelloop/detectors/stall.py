@@ -1,4 +1,4 @@
-"""The ``stall`` detector (SPEC §4.5, seed 003): agent or workflow-node loops that have stopped progressing.
+"""The ``stall`` detector (docs/detectors.md): agent or workflow-node loops that stopped progressing.
 
 This module owns the per-session graph of node-to-node transitions and its cycles (strongly connected
 components), the cycle iteration count, the turn / node / cycle budgets, the per-node stall signals

@@ -1,4 +1,4 @@
-"""The ``trajectory`` detector (SPEC §4.6, seed 004): four loop types on tool steps, one decaying score.
+"""The ``trajectory`` detector (docs/detectors.md): four loop types on tool steps, one decaying score.
 
 This module owns the loop types and the intervention ladder:
 
@@ -10,7 +10,7 @@ This module owns the loop types and the intervention ladder:
 
 Each tool step adds ``weight × confidence`` of every type that fired to a loop score (capped), or
 multiplies it by ``decay`` when none did, so an agent that recovers drifts back to ``observe``. The score
-maps to ``observe → nudge → stop``; the detector votes that level into the session verdict (SPEC §5) and
+maps to ``observe → nudge → stop``; the detector votes that level into the session verdict and
 reports an ``otelloop.intervention`` event only when the level rises, so one episode alerts once per
 level.
 """

@@ -1,4 +1,6 @@
-"""Export stage (SPEC §6): the bounded span queue and the OTLP/gRPC and OTLP/HTTP upstream clients.
+"""Export stage: the bounded span queue and the OTLP/gRPC and OTLP/HTTP upstream clients.
+
+How export behaves is described in docs/architecture.md ("Export") and docs/alerts.md.
 
 The rest of otelloop uses only :class:`Exporter` (``offer``, ``start``, ``shutdown``) and
 :func:`build_exporter`; the modules behind them are ``queue`` (what waits), ``retry`` (what an answer

@@ -1,4 +1,4 @@
-"""The persistent export queue: accepted requests kept in SQLite so they survive a crash or restart (SPEC §6).
+"""The persistent export queue: accepted requests kept in SQLite so they survive a crash or restart.
 
 This module owns the on-disk queue (``exporter.persistent_dir``): its file format, its durability, its
 bounds, recovery at start and what happens to a file that cannot be read.

@@ -1,4 +1,4 @@
-"""The export queue: accepted requests waiting for the upstream, bounded in spans (SPEC §2, §6).
+"""The export queue: accepted requests waiting for the upstream, bounded in spans (docs/architecture.md).
 
 The sender talks to a queue only through :class:`SpanQueue` (put / peek_batch / ack / close), so a
 persistent implementation can replace the in-memory one without touching delivery or retry code. A

@@ -1,4 +1,4 @@
-"""How an upstream's answer is judged, and how long to wait before trying again (SPEC §6).
+"""How an upstream's answer is judged, and how long to wait before trying again (docs/alerts.md).
 
 This module owns the OTLP retry table for both transports (which gRPC codes and HTTP statuses are worth
 another attempt), the server-given delays (gRPC ``RetryInfo`` in either trailer, HTTP ``Retry-After``),

@@ -1,1 +1,1 @@
-"""Span → agent step mapping (SPEC §3)."""
+"""Span → agent step mapping (docs/mapping.md)."""

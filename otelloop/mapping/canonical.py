@@ -1,4 +1,4 @@
-"""Canonical forms and 64-bit hashes of tool arguments, outputs and error texts (SPEC §3).
+"""Canonical forms and 64-bit hashes of tool arguments, outputs and error texts (docs/mapping.md).
 
 Two emitters that serialise the same tool call differently (key order, whitespace, a JSON string
 versus an object, the arguments wrapped in a GenAI message part or in a call's bound arguments) must

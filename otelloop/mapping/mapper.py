@@ -1,4 +1,4 @@
-"""Span → agent step (SPEC §3), reading only the attributes that matter.
+"""Span → agent step (docs/mapping.md), reading only the attributes that matter.
 
 A :class:`Mapper` is compiled once from the configuration; its ``keys`` are every attribute key any
 convention uses, and the reader (:mod:`otelloop.otlp.scan`) hands it only those. Its ``events`` name the
@@ -32,7 +32,7 @@ _SYSTEM_OPS = frozenset({"invoke_agent", "create_agent", "invoke_workflow", "pla
 
 _TOOL_PRESENCE = ("gen_ai.tool.name", "gen_ai.tool.call.id")
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-#: How a span's attributes declare its kind, in the order SPEC §3 tries them, after an explicit
+#: How a span's attributes declare its kind, in the order docs/mapping.md lists them, after an explicit
 #: ``otelloop.step.kind``, Logfire's pending spans and OpenInference ``metadata`` (see :func:`_kind`).
 _KIND_RULES: tuple[KindRule, ...] = (
     ("gen_ai.operation.name", {**{v: "tool" for v in _TOOL_OPS}, **{v: "llm" for v in _LLM_OPS},
@@ -155,7 +155,7 @@ def _metadata_kind(raw: str) -> str | None:
 
 
 def _plan(kind: str, rule: MappingRule | None, group_by_session: bool) -> Plan:
-    """The reads of one step, in SPEC §3 order; a read with no keys yields None.
+    """The reads of one step, in the order of docs/mapping.md; a read with no keys yields None.
 
     Order matters only for the order of mapping errors; every read here happens for every step of
     this kind (the node of a system step is read lazily, in :meth:`Mapper._node`). Event-carried
@@ -242,7 +242,7 @@ class Mapper:
                        frozenset({"system"}))
 
     def map_span(self, info: SpanInfo, resource: Resource, errors: list[str]) -> Step | None:
-        """The step a span stands for, or None when it is not an agent step (SPEC §3)."""
+        """The step a span stands for, or None when it is not an agent step (docs/mapping.md)."""
         kind: str | None = info[10]
         if kind is not None:  # the reader ran the program: kind and reads are done (tool names as below)
             return self._build(info, info[8] or _EMPTY, resource[0] or _EMPTY, kind, info[11],  # type: ignore[arg-type]
@@ -401,7 +401,7 @@ class Mapper:
 
 
 def _kind(span: dict[str, Any]) -> str | None:
-    """The step kind a span's attributes declare (SPEC §3 order), or None when it is not a step."""
+    """The step kind a span's attributes declare (docs/mapping.md order), or None when it is not a step."""
     if "otelloop.step.kind" in span:
         explicit = _selector(span, "otelloop.step.kind")
         if explicit in ("tool", "llm", "system", "ignore"):

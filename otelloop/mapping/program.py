@@ -42,7 +42,7 @@ class Program(NamedTuple):
 
     Attributes:
         slow_keys: a span carrying one of these goes to the mapper with its attribute dict.
-        kinds: the kind rules, tried in order (SPEC §3).
+        kinds: the kind rules, tried in order (docs/mapping.md#kind).
         plans: the typed reads of each kind, in the order of :class:`~otelloop.model.Step`'s fields
             the mapper fills from them.
         keep_attributes: kinds whose spans still get their attribute dict (the mapper reads more).

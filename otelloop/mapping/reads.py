@@ -1,4 +1,4 @@
-"""Typed reads of attribute values (SPEC §3): the first usable value of a list of keys.
+"""Typed reads of attribute values (docs/mapping.md): the first usable value of a list of keys.
 
 Each read names an operation, the keys to try in order (the span's attributes first, then its
 resource's) and the field it fills, for ``otelloop_mapping_errors_total{field}``. A value of the wrong

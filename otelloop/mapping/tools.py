@@ -1,4 +1,4 @@
-"""Tool classification: which tool calls read, write or execute, and on what (SPEC §3 "file / command").
+"""Tool classification: which tool calls read, write or execute, and on what (docs/mapping.md).
 
 This module owns the default tool-name patterns of the common coding agents, the argument keys that
 carry a file path, a shell command, written content or a replace-style edit, and the classifier the
@@ -50,7 +50,7 @@ DEFAULT_EXEC: tuple[str, ...] = (
     "run_command", "run_shell", "run_shell_command", "run_terminal_cmd", "local_shell",
 )
 
-#: Argument keys holding the file a tool works on, tried in order (SPEC §3).
+#: Argument keys holding the file a tool works on, tried in order (docs/mapping.md#fields).
 FILE_KEYS: tuple[str, ...] = ("path", "file_path", "filepath", "filename", "file", "target_file")
 #: Argument keys holding a shell command, tried in order, with the separator that joins a list value:
 #: ``command``/``cmd`` lists are argv vectors (Codex ``shell``), ``script``/``commands`` lists are

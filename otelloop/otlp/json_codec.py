@@ -1,4 +1,4 @@
-"""OTLP/JSON ↔ protobuf (SPEC §2).
+"""OTLP/JSON ↔ protobuf, for the HTTP receiver (docs/architecture.md, "Receive").
 
 OTLP/JSON differs from the proto3 JSON mapping: trace and span ids are hex strings (``json_format``
 alone would silently decode them as base64 and produce 24-byte ids), enums are integers and keys are

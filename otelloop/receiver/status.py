@@ -5,7 +5,7 @@ from __future__ import annotations
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-#: gRPC code per refusal reason (SPEC §2).
+#: gRPC code per refusal reason (docs/alerts.md, OtelloopSpansRefused).
 GRPC_CODES = {
     "invalid": code_pb2.INVALID_ARGUMENT,
     "too_large": code_pb2.RESOURCE_EXHAUSTED,

@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for project, upstream in upstreams.items():
             d = workdir / project
             d.mkdir()
-            # the seed profile: the expected events follow the source designs' positions (3rd call, 4th …)
+            # the seed profile: the expected events follow its strict rules (3rd call, 4th …)
             o = Served(d, {"exporter": {"timeout": "5s"}, "detectors": {"profile": "seed"}},
                        args=["--upstream", upstream])
             served.append(o)

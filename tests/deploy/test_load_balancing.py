@@ -1,6 +1,6 @@
 """Scaling out by the load-balancing topology gives the same findings as one otelloop process.
 
-SPEC §8: one process serves one core; more load means more replicas behind the OpenTelemetry Collector's
+One process uses about one core; more load means more replicas behind the OpenTelemetry Collector's
 ``load_balancing`` exporter with ``routing_key: traceID``, so that every span of a session reaches the
 same replica. That the shipped gateway config routes by ``traceID`` is asserted in
 ``tests/deploy/test_collector_config.py::test_gateway_load_balances_by_trace_over_the_headless_service``.

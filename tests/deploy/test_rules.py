@@ -1,4 +1,4 @@
-"""The alert rule file: promtool checks and unit-tests it; it uses only SPEC §7 metric names."""
+"""The alert rule file: promtool checks and unit-tests it; it uses only documented metric names."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ RULES = FILES / "otelloop-rules.yaml"
 RULES_TEST = FILES / "otelloop-rules_test.yaml"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 
-# SPEC §7, as exposed by Prometheus (counters end in _total; histograms also have _bucket/_sum/_count).
+# Metric names as exposed by Prometheus (counters end in _total; histograms also have _bucket/_sum/_count).
 EXPECTED_ALERTS = {
     "OtelloopAgentLoopDetected", "OtelloopCostBurnRateHigh", "OtelloopExportFailing",
     "OtelloopExportQueueNearFull", "OtelloopSpansRefused", "OtelloopSessionsEvicted", "OtelloopDown",
@@ -98,9 +98,9 @@ def test_metric_parser() -> None:
         "a_b_bucket", "c"}
 
 
-def test_rules_use_only_spec_metric_names() -> None:
+def test_rules_use_only_documented_metric_names() -> None:
     for rule in alerts():
         names = metric_names(rule["expr"])
         assert names, rule["alert"]
         unknown = {n for n in names if not allowed(n) and n != "up"}
-        assert not unknown, f"{rule['alert']} uses {unknown}, not SPEC §7 names"
+        assert not unknown, f"{rule['alert']} uses {unknown}, not documented metric names"

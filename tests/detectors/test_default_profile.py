@@ -196,7 +196,7 @@ def test_repetition_with_progress_gets_no_finding_at_all(scenario: Callable[[Ses
 
 
 def test_the_seed_profile_stops_healthy_batches_and_polling() -> None:
-    """What the default profile changes: the source designs' rules stop these healthy sessions."""
+    """What the default profile changes: the seed profile's strict rules stop these healthy sessions."""
     for scenario in (batch_writes, polling_completes, refactor_green):
         seed = Session(run=_seed_run())
         scenario(seed)

@@ -1,4 +1,4 @@
-"""The divergence detector (SPEC §4.1): consecutive identical (kind, name) steps, once per signature."""
+"""The divergence detector: consecutive identical (kind, name) steps, once per signature."""
 
 from __future__ import annotations
 

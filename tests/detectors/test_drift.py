@@ -1,4 +1,4 @@
-"""The ``drift`` detector (SPEC §4.3): read loops, edit reverts, test-fail loops, EMA and escalation."""
+"""The ``drift`` detector: read loops, edit reverts, test-fail loops, EMA and escalation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The entropy detector (SPEC §4.4): uniqueness of recent (intent, tool_call, action_status) tuples."""
+"""The entropy detector: uniqueness of recent (intent, tool_call, action_status) tuples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rate detector (SPEC §4.2): cost per second and output tokens per second, strictly above, once each."""
+"""The rate detector: cost per second and output tokens per second, strictly above, once each."""
 
 from __future__ import annotations
 

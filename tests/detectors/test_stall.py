@@ -1,4 +1,4 @@
-"""The ``stall`` detector (SPEC §4.5): cycles, iterations, budgets, stall signals and ``loop_halted``."""
+"""The ``stall`` detector: cycles, iterations, budgets, stall signals and ``loop_halted``."""
 
 from __future__ import annotations
 

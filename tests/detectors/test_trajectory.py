@@ -1,4 +1,4 @@
-"""The trajectory detector (SPEC §4.6): the four loop types, the score tables, events, votes, reloads."""
+"""The trajectory detector: the four loop types, the score tables, events, votes, reloads."""
 
 from __future__ import annotations
 
@@ -272,7 +272,7 @@ def test_summary() -> None:
 
 
 def test_config_defaults() -> None:
-    """The seed profile keeps the source design's numbers; the default profile weighs no-progress more."""
+    """The seed profile keeps the strict numbers; the default profile weighs no-progress more."""
     default = build_config({}, env={}).detector("trajectory")
     assert (default.progress_aware, default.min_repeats, default.weights.phantom_progress) == (True, 4, 1.0)
     tuned = build_config({"detectors": {"trajectory": {"weights": {"stutter": 3.0}}}}, env={}).detector("trajectory")

@@ -98,9 +98,10 @@ admin: admin
 {{- end }}
 
 {{/*
-The otelloop configuration file (SPEC §1): .Values.config with the listen endpoints taken from the
-chart's port settings (so that the container ports, probes and Services always agree with what the
-process binds) and, when persistence is on, the export queue directory set to the mounted volume.
+The otelloop configuration file (docs/configuration.md): .Values.config with the listen endpoints
+taken from the chart's port settings (so that the container ports, probes and Services always agree
+with what the process binds) and, when persistence is on, the export queue directory set to the
+mounted volume.
 */}}
 {{- define "otelloop.config" -}}
 {{- $ports := include "otelloop.ports" . | fromYaml }}
