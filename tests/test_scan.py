@@ -80,8 +80,8 @@ def assert_same(data: bytes, limit: int = 65536) -> Any:
 
 
 def _field(number: int, payload: bytes, wire_type: int = 2) -> bytes:
-    head = wire._varint(number << 3 | wire_type)
-    return head + (wire._varint(len(payload)) + payload if wire_type == 2 else payload)
+    head = wire.encode_varint(number << 3 | wire_type)
+    return head + (wire.encode_varint(len(payload)) + payload if wire_type == 2 else payload)
 
 
 def _request_of_span(span_bytes: bytes, resource: bytes = b"") -> bytes:
@@ -216,16 +216,16 @@ CASES = {
     "no value": _field(9, _field(1, b"k")),
     "string index: no value": _field(9, _kv(b"k", _s(b"a") + _field(8, b"\x03", 0))),
     "unknown fields and groups are skipped": _field(9, _kv(b"k", _s(b"v"))) + _field(99, b"\x01", 0)
-    + wire._varint(100 << 3 | 3) + _field(1, b"x") + wire._varint(100 << 3 | 4) + _field(5, b"n"),
+    + wire.encode_varint(100 << 3 | 3) + _field(1, b"x") + wire.encode_varint(100 << 3 | 4) + _field(5, b"n"),
     "known field with another wire type is unknown": _field(9, b"\x07", 0) + _field(5, b"n"),
     "status given twice: merged": _field(15, _field(3, b"\x02", 0)) + _field(15, _field(2, b"msg")),
     "invalid UTF-8 in an unread key": _field(9, _kv(b"\xff", _s(b"v"))),
     "invalid UTF-8 in an unread value": _field(9, _kv(b"zz", _s(b"\xed\xa0\x80"))),
     "invalid UTF-8 in the name": _field(5, b"\xc0\xaf"),
     "truncated length": _field(9, _kv(b"k", _s(b"v")))[:-1],
-    "unterminated group": wire._varint(100 << 3 | 3) + _field(1, b"x"),
-    "mismatched end group": wire._varint(100 << 3 | 3) + wire._varint(101 << 3 | 4),
-    "stray end group": wire._varint(100 << 3 | 4),
+    "unterminated group": wire.encode_varint(100 << 3 | 3) + _field(1, b"x"),
+    "mismatched end group": wire.encode_varint(100 << 3 | 3) + wire.encode_varint(101 << 3 | 4),
+    "stray end group": wire.encode_varint(100 << 3 | 4),
     "field number 0": b"\x02\x00",
     "wire type 7": b"\x0f",
     "overlong varint": _field(6, b"\xff" * 10 + b"\x01", 0),
@@ -375,7 +375,7 @@ def test_splice_keeps_unknown_fields_and_unchanged_length_prefixes() -> None:
     assert out.endswith(_field(9, b"tail"))
     assert ExportTraceServiceRequest.FromString(out).resource_spans[0].scope_spans[0].spans[0].name == "z"
     # ResourceSpans{scope_spans with a non-minimal length prefix 0x83 0x00} next to a span that grows.
-    odd = wire._varint(2 << 3 | 2) + b"\x83\x00" + span_a
+    odd = wire.encode_varint(2 << 3 | 2) + b"\x83\x00" + span_a
     data = _field(1, odd + _field(2, _field(2, span_a)))
     out = scan._native.splice(data, [b"\x2a\x01z"])
     assert odd in out and parse(out)[0].name == "z"

@@ -18,6 +18,7 @@ from spans import kvs, parse, request, span, tool_span
 
 from otelloop.otlp.json_codec import json_to_protobuf, json_to_protobuf_pieces, request_to_json
 from otelloop.otlp.split import split_all, split_request
+from otelloop.otlp.wire import encode_varint
 from otelloop.pipeline import Pipeline, run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -77,10 +78,10 @@ def test_parts_hold_every_span_once_in_order_with_its_resource_and_scope(seed: i
 
 def test_fields_after_the_spans_still_lead_every_part() -> None:
     spans = [tool_span(trace=1, i=i) for i in range(50)]
-    ss = b"".join(b"\x12" + _varint(len(s.SerializeToString())) + s.SerializeToString() for s in spans)
+    ss = b"".join(b"\x12" + encode_varint(len(s.SerializeToString())) + s.SerializeToString() for s in spans)
     ss += b"\x1a\x0bhttps://s/1"  # ScopeSpans.schema_url after its spans
-    rs = b"\x12" + _varint(len(ss)) + ss + b"\x1a\x0bhttps://r/1"
-    data = b"\x0a" + _varint(len(rs)) + rs
+    rs = b"\x12" + encode_varint(len(ss)) + ss + b"\x1a\x0bhttps://r/1"
+    data = b"\x0a" + encode_varint(len(rs)) + rs
     parts = split_all(data, 600)
     assert len(parts) > 3
     for part, _ in parts:
@@ -89,13 +90,6 @@ def test_fields_after_the_spans_still_lead_every_part() -> None:
         assert req.resource_spans[0].scope_spans[0].schema_url == "https://s/1"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def test_a_span_too_large_alone_goes_to_the_callback() -> None:

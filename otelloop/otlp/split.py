@@ -18,6 +18,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterator
 
+from otelloop.otlp.wire import delimited, encode_varint
+
 #: A serialised request and the number of spans it holds.
 Part = tuple[bytes, int]
 
@@ -78,22 +80,9 @@ def _skip(data: bytes, p: int, end: int, wire_type: int, field: int, depth: int 
     return p
 
 
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def field_size(n: int) -> int:
     """Bytes of a length-delimited field with a one-byte tag and ``n`` bytes of value."""
-    return 1 + len(_encode_varint(n)) + n
-
-
-def _delimited(tag: int, body: bytes) -> bytes:
-    return bytes((tag,)) + _encode_varint(len(body)) + body
+    return 1 + len(encode_varint(n)) + n
 
 
 class _Scope:
@@ -268,10 +257,10 @@ class _Packer:
             rs_len = len(rs_header)
             for ss_header, spans in scopes:
                 ss_len = len(ss_header) + sum(len(s) for s in spans)
-                prefix = bytes((_TAG_SS,)) + _encode_varint(ss_len)
+                prefix = bytes((_TAG_SS,)) + encode_varint(ss_len)
                 rs_pieces += (prefix, ss_header, *spans)
                 rs_len += len(prefix) + ss_len
-            pieces.append(bytes((_TAG_RS,)) + _encode_varint(rs_len))
+            pieces.append(bytes((_TAG_RS,)) + encode_varint(rs_len))
             pieces += rs_pieces
         self.done.append((b"".join(pieces), self.spans))
         self._reset()
@@ -319,7 +308,7 @@ def split_request(data: bytes, max_bytes: int, *, max_spans: int = 0,
                     field = data[start:stop]
                     replacement = oversized(index, _value(field), packer.solo_size(stop - start))
                     if replacement is not None:
-                        packer.add_bytes(_delimited(_TAG_SS, replacement))
+                        packer.add_bytes(delimited(_TAG_SS, replacement))
                 else:
                     packer.add_range(start, stop)
                 index += 1

@@ -51,7 +51,8 @@ RawRequest: Any = _raw_views()
 # Encoding attributes and events by hand (OTLP field numbers from trace.proto / common.proto)
 
 
-def _varint(n: int) -> bytes:
+def encode_varint(n: int) -> bytes:
+    """A base-128 varint; negative numbers as their 64-bit two's complement (int64 fields)."""
     if n < 0:
         n += 1 << 64
     out = bytearray()
@@ -62,29 +63,30 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _ld(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
+def delimited(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field with a one-byte tag."""
+    return bytes((tag,)) + encode_varint(len(payload)) + payload
+
 
 
 def encode_any_value(value: AttrValue) -> bytes:
     """AnyValue: string=1, bool=2, int=3, double=4, array=5 (ArrayValue.values=1)."""
     if isinstance(value, str):
-        return _ld(0x0A, value.encode())
+        return delimited(0x0A, value.encode())
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
-        return b"\x18" + _varint(value)
+        return b"\x18" + encode_varint(value)
     if isinstance(value, float):
         return b"\x21" + struct.pack("<d", value)
     if isinstance(value, (list, tuple)):
-        return _ld(0x2A, b"".join(_ld(0x0A, encode_any_value(v)) for v in value))
+        return delimited(0x2A, b"".join(delimited(0x0A, encode_any_value(v)) for v in value))
     raise TypeError(f"unsupported attribute value type {type(value).__name__}")
 
 
 def encode_key_value(key: str, value: AttrValue) -> bytes:
     """KeyValue: key=1, value=2."""
-    return _ld(0x0A, key.encode()) + _ld(0x12, encode_any_value(value))
+    return delimited(0x0A, key.encode()) + delimited(0x12, encode_any_value(value))
 
 
 _ATTR_CACHE: dict[tuple[str, type, Any], bytes] = {}
@@ -102,7 +104,7 @@ def _span_attribute(key: str, value: AttrValue) -> bytes:
         hit = _ATTR_CACHE.get(ck)
         if hit is not None:
             return hit
-    encoded = _ld(0x4A, encode_key_value(key, value))
+    encoded = delimited(0x4A, encode_key_value(key, value))
     if cacheable:
         if len(_ATTR_CACHE) >= 16384:
             _ATTR_CACHE.clear()
@@ -120,9 +122,9 @@ def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
 
 def encode_span_event(name: str, time_unix_nano: int, attributes: dict[str, AttrValue]) -> bytes:
     """One Span.events (field 11) entry: Event{time_unix_nano=1 fixed64, name=2, attributes=3}."""
-    body = b"\x09" + struct.pack("<Q", time_unix_nano) + _ld(0x12, name.encode())
-    body += b"".join(_ld(0x1A, encode_key_value(k, v)) for k, v in attributes.items())
-    return _ld(0x5A, body)
+    body = b"\x09" + struct.pack("<Q", time_unix_nano) + delimited(0x12, name.encode())
+    body += b"".join(delimited(0x1A, encode_key_value(k, v)) for k, v in attributes.items())
+    return delimited(0x5A, body)
 
 
 def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue]) -> bytes:
