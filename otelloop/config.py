@@ -13,10 +13,10 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, MIN_STRING_BYTES
 from otelloop.detectors.base import DetectorConfig
@@ -48,6 +48,15 @@ def split_host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _host_port(value: str) -> str:
+    split_host_port(value)
+    return value
+
+
+#: A listen address, checked when the configuration is read rather than when the listener starts.
+HostPort = Annotated[str, AfterValidator(_host_port)]
+
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -61,14 +70,8 @@ class EndpointConfig(_Section):
         max_request_mib: request size limit after decompression, in MiB.
     """
 
-    endpoint: str
+    endpoint: HostPort
     max_request_mib: float = Field(64, gt=0)
-
-    @field_validator("endpoint")
-    @classmethod
-    def _check_endpoint(cls, v: str) -> str:
-        split_host_port(v)
-        return v
 
 
 class GrpcEndpointConfig(EndpointConfig):
@@ -80,7 +83,7 @@ class GrpcEndpointConfig(EndpointConfig):
             ``RESOURCE_EXHAUSTED``.
     """
 
-    endpoint: str = "0.0.0.0:4317"
+    endpoint: HostPort = "0.0.0.0:4317"
 
 
 class HttpEndpointConfig(EndpointConfig):
@@ -98,7 +101,7 @@ class HttpEndpointConfig(EndpointConfig):
             408 and its connection closed (counted in ``otelloop_requests_aborted_total``). Default: 60s.
     """
 
-    endpoint: str = "0.0.0.0:4318"
+    endpoint: HostPort = "0.0.0.0:4318"
     read_header_timeout: PositiveDuration = 30.0
     read_body_timeout: PositiveDuration = 60.0
 
@@ -260,7 +263,7 @@ class AdminConfig(_Section):
             falls this far behind is disconnected (it reconnects and reloads). Default: 1024.
     """
 
-    endpoint: str = "0.0.0.0:9464"
+    endpoint: HostPort = "0.0.0.0:9464"
     token: str | None = None
     token_file: str | None = None
     token_env: str | None = None
@@ -272,12 +275,6 @@ class AdminConfig(_Section):
     require_client_cert: bool = False
     max_event_clients: int = Field(32, ge=1, le=10_000)
     event_buffer_kib: int = Field(1024, ge=16)
-
-    @field_validator("endpoint")
-    @classmethod
-    def _check_endpoint(cls, v: str) -> str:
-        split_host_port(v)
-        return v
 
 
 class ConsoleConfig(_Section):
