@@ -5,6 +5,7 @@
     python benchmarks/corpus/record.py --scenario polling     # one scenario class (or a run id prefix)
     python benchmarks/corpus/record.py --list                 # the runs and their stories, no recording
     python benchmarks/corpus/record.py --dump runs/strands/strands.polling-loop-01.binpb   # read a run
+    python benchmarks/corpus/record.py --holdout              # the held-out set, into benchmarks/holdout/
 
 Needs the ``corpus`` extra (``pip install '.[corpus]'``). Each run is recorded in a fresh child process
 (instrumentations patch libraries globally) with a fresh workspace directory; as root, the child runs in
@@ -30,10 +31,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from recorder.drivers import DIALECTS  # noqa: E402
+from recorder.drivers import DIALECTS
 
-RUNS = HERE / "runs"
-LABELS = HERE / "labels.json"
+#: Where the held-out set (``recorder/holdout.py``) is recorded: its own labels.json and runs/.
+HOLDOUT = HERE.parent / "holdout"
 #: A loop run must go on for at least this many tool calls after its first loop call.
 MIN_LOOP_TAIL = 8
 FRAMEWORK = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
@@ -44,23 +45,36 @@ DRIVER = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgr
           "smolagents": "smolagents"}
 
 
-def run_file(run_id: str) -> Path:
-    return RUNS / run_id.split(".", 1)[0] / f"{run_id}.binpb"
+def base_dir(holdout: bool = False) -> Path:
+    """The directory a set is recorded into (labels.json, runs/)."""
+    return HOLDOUT if holdout else HERE
+
+
+def run_file(run_id: str, holdout: bool = False) -> Path:
+    return base_dir(holdout) / "runs" / run_id.split(".", 1)[0] / f"{run_id}.binpb"
+
+
+def load_catalog(holdout: bool = False) -> dict[str, Any]:
+    """The corpus's scenarios, or the held-out set's."""
+    if holdout:
+        from recorder.holdout import catalog
+    else:
+        from recorder.scenarios import catalog
+    return catalog()
 
 
 # -- child: one run ---------------------------------------------------------------------------------------------
 
 
-def record_one(run_id: str) -> dict[str, Any]:
+def record_one(run_id: str, holdout: bool = False) -> dict[str, Any]:
     import importlib
 
     from recorder.capture import frame, is_tool_span, spans_of
     from recorder.drivers.common import RunContext
-    from recorder.scenarios import catalog
     from recorder.script import Brain, StoryError, ToolLog, check_story
     from recorder.workspace import Workspace
 
-    sc = catalog()[run_id]
+    sc = load_catalog(holdout)[run_id]
     driver = importlib.import_module(f"recorder.drivers.{DRIVER[sc.dialect]}")
     service = f"{sc.cls.replace('_', '-')}-agent"
     capture, finish = driver.setup(sc.dialect, service)
@@ -97,10 +111,10 @@ def record_one(run_id: str) -> dict[str, Any]:
                             f"{MIN_LOOP_TAIL} calls after it")
     if problems:
         raise StoryError(f"{run_id}: the run does not match its story:\n  " + "\n  ".join(problems))
-    path = run_file(run_id)
+    path = run_file(run_id, holdout)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(frame(requests))
-    return {"id": run_id, "file": str(path.relative_to(HERE)), "label": sc.label, "scenario": sc.cls,
+    return {"id": run_id, "file": str(path.relative_to(base_dir(holdout))), "label": sc.label, "scenario": sc.cls,
             "framework": FRAMEWORK[sc.dialect], "dialect": sc.dialect, "tool_calls": len(tools),
             "loop_start": loop_start, "description": sc.description, "task": sc.task,
             "requests": len(requests), "spans": len(spans),
@@ -130,10 +144,11 @@ def _offline_prefix(offline: bool) -> list[str]:
     return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 
 
-def spawn(run_id: str, offline: bool) -> tuple[str, dict[str, Any] | None, str, float]:
+def spawn(run_id: str, offline: bool, holdout: bool = False) -> tuple[str, dict[str, Any] | None, str, float]:
     started = time.perf_counter()
-    cmd = [*_offline_prefix(offline), sys.executable, str(Path(__file__).resolve()), "--child", run_id]
-    proc = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=900)
+    cmd = [*_offline_prefix(offline), sys.executable, str(Path(__file__).resolve()), "--child", run_id,
+           *(["--holdout"] if holdout else [])]
+    proc = subprocess.run(cmd, check=False, env=_child_env(), capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - started
     if proc.returncode != 0:
         return run_id, None, (proc.stderr or proc.stdout)[-4000:], took
@@ -151,17 +166,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="record in a network namespace with only loopback (default as root)")
     parser.add_argument("--list", action="store_true", help="list the selected runs and exit")
     parser.add_argument("--dump", type=Path, help="print the spans of a recorded run and exit")
+    parser.add_argument("--holdout", action="store_true",
+                        help="the held-out set (recorder/holdout.py), recorded into benchmarks/holdout/")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = record_one(args.child)
+        result = record_one(args.child, args.holdout)
         print(json.dumps(result))
         return 0
     if args.dump:
         return dump(args.dump)
-    from recorder.scenarios import catalog
-
-    runs = catalog()
+    runs = load_catalog(args.holdout)
+    labels_path = base_dir(args.holdout) / "labels.json"
     selected = [sc for sc in runs.values()
                 if (not args.dialect or sc.dialect in args.dialect)
                 and (not args.scenario or sc.cls in args.scenario
@@ -173,13 +189,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sc.id:58} {sc.label:8} {calls:3} calls  {sc.description}")
         print(f"{len(selected)} runs")
         return 0
-    labels = {r["id"]: r for r in json.loads(LABELS.read_text())["runs"]} if LABELS.exists() else {}
+    labels = {r["id"]: r for r in json.loads(labels_path.read_text())["runs"]} if labels_path.exists() else {}
     for stale in set(labels) - set(runs):  # runs no longer in the catalog
         labels.pop(stale)
     failed: list[str] = []
     started = time.perf_counter()
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for run_id, result, err, took in pool.map(lambda sc: spawn(sc.id, args.offline), selected):
+        for run_id, result, err, took in pool.map(lambda sc: spawn(sc.id, args.offline, args.holdout), selected):
             if result is None:
                 failed.append(run_id)
                 print(f"FAILED {run_id} ({took:.1f}s)\n{err}", file=sys.stderr, flush=True)
@@ -187,16 +203,17 @@ def main(argv: list[str] | None = None) -> int:
             labels[run_id] = result
             print(f"ok {run_id}: {result['tool_calls']} tool calls, {result['spans']} spans in "
                   f"{result['requests']} request(s), loop_start={result['loop_start']} ({took:.1f}s)", flush=True)
-    write_labels(labels)
+    write_labels(labels, labels_path)
     print(f"{len(selected) - len(failed)}/{len(selected)} runs recorded in {time.perf_counter() - started:.0f}s"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 
-def write_labels(labels: dict[str, dict[str, Any]]) -> None:
+def write_labels(labels: dict[str, dict[str, Any]], path: Path) -> None:
     versions = _versions()
     runs = [labels[k] for k in sorted(labels)]
-    LABELS.write_text(json.dumps({"format": "otlp-proto-length-prefixed", "versions": versions, "runs": runs},
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": "otlp-proto-length-prefixed", "versions": versions, "runs": runs},
                                  indent=1, ensure_ascii=False) + "\n")
 
 
