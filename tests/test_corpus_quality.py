@@ -9,6 +9,10 @@ The second group replays every run through the pipeline ``serve`` runs, with the
 
 - every loop run reaches ``stop`` within 6 tool calls of its start (and not before it), median lag <= 3;
 - no healthy run is stopped; at most 1 in 20 is nudged; at most 1 in 10 carries any ``otelloop.*`` finding.
+
+The last group replays the held-out set (``benchmarks/holdout``: the same scenario classes with other
+domains, tools and wording, recorded apart from the corpus) and holds it to the healthy targets and to
+at least 9 in 10 loops stopped in time, so that a change tuned to the corpus alone shows here.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "corpus"
+HOLDOUT = ROOT / "benchmarks" / "holdout"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_quality  # noqa: E402
@@ -168,3 +173,37 @@ def test_bench_quality_json_matches_the_targets_view() -> None:
     assert s["loops"] + s["healthy"] == len(_labels())
     assert s["healthy_stopped"] == sum(r.stop_at is not None for r in _results() if r.label == "healthy")
     assert json.loads(json.dumps(rep))["summary_line"].startswith("loops stopped in time: ")
+
+
+# -- the held-out set (default configuration) -------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _holdout() -> tuple[bench_quality.RunResult, ...]:
+    return tuple(bench_quality.evaluate(None, HOLDOUT))
+
+
+def test_held_out_set_spans_every_class_and_dialect() -> None:
+    runs = bench_quality.load_labels(HOLDOUT)
+    assert {r["dialect"] for r in runs} == set(DIALECTS)
+    classes = {r["scenario"] for r in _labels()}
+    assert {(r["scenario"], r["label"]) for r in runs} == {(c, lab) for c in classes for lab in ("loop", "healthy")}
+
+
+def test_held_out_loops_are_stopped_in_time_9_in_10() -> None:
+    loops = [r for r in _holdout() if r.label == "loop"]
+    missed = [r for r in loops if r.outcome != "in_time"]
+    assert len(missed) * 10 <= len(loops), _fail("held-out loops not stopped in time (more than 1 in 10)",
+                                                 missed, len(loops))
+    early = [r for r in loops if r.outcome == "early"]
+    assert not early, _fail("held-out loops stopped before their loop started", early, len(loops))
+
+
+def test_held_out_healthy_runs_meet_the_healthy_targets() -> None:
+    healthy = [r for r in _holdout() if r.label == "healthy"]
+    stopped = [r for r in healthy if r.stop_at is not None]
+    assert not stopped, _fail("held-out healthy runs stopped", stopped, len(healthy))
+    nudged = [r for r in healthy if r.nudge_at is not None]
+    assert len(nudged) * 20 <= len(healthy), _fail("held-out healthy runs nudged", nudged, len(healthy))
+    flagged = [r for r in healthy if r.findings]
+    assert len(flagged) * 10 <= len(healthy), _fail("held-out healthy runs with a finding", flagged, len(healthy))

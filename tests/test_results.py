@@ -48,6 +48,15 @@ def test_counts_and_states_still_differ(a: str, b: str) -> None:
     ("FAILED (failures=2)", FAILED),
     ("command exited with code 2", FAILED),
     ("5 passed in 0.2s", 0),
+    # other runners' words for a failing count, and a failed assertion
+    ("3 tests failed, 9 passed", FAILED),
+    ("checks: 2 red, 4 green", FAILED),
+    ("checks: 0 red, 6 green", 0),
+    ("build finished: 1 broken link(s)", FAILED),
+    ("  x test_hours - AssertionError: assert 720 == 7200", FAILED),
+    # a failure report that says "not found" is a failure, not an empty result
+    ("WARNING docs/a.md: link target not found: b.md\n1 broken link(s)", FAILED),
+    ("0 tests failed", 0),
     ("Saved", ACK),
     ("File written successfully", ACK),
     ("ok", ACK),

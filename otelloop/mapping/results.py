@@ -62,7 +62,10 @@ _ACK_TEXT = re.compile(
     re.IGNORECASE)
 
 _FAILURE_TEXT = re.compile(
-    r"\b[1-9]\d*\s+(?:failed|failures?|errors?)\b"                 # pytest / jest / mocha summaries
+    # pytest / jest / mocha summaries, and other runners' words for a failing count ("2 tests failed",
+    # "checks: 2 red", "1 broken link")
+    r"\b[1-9]\d*\s+(?:[\w-]+\s+)?(?:failed|failures?|errors?|failing|broken|red)\b"
+    r"|\bAssertionError\b"                                           # a failed assertion
     r"|\bFAILED\s*\((?:failures|errors)=[1-9]"                      # unittest
     r"|^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:"                           # go test, generic markers
     r"|Traceback \(most recent call last\)"
@@ -83,12 +86,15 @@ def normalise_result(text: str) -> str:
 def result_flags(text: str, empty: bool) -> int:
     """:data:`BLANK`, :data:`FAILED` and :data:`ACK` bits of a result's text (``empty``: blank by its
     structure)."""
-    flags = BLANK if empty else 0
+    if empty:
+        return BLANK
     stripped = text.strip()
-    if not flags and len(stripped) <= _BLANK_MAX_CHARS and _BLANK_TEXT.search(stripped):
-        flags |= BLANK
+    # A failure report is identified by its text even when it says "not found" somewhere (a checker's
+    # "link target not found: x.md"): two different failures must not look alike as "nothing found".
     if _FAILURE_TEXT.search(stripped[-_FAILURE_TAIL_CHARS:]):
-        flags |= FAILED
-    elif not flags and len(stripped) <= _ACK_MAX_CHARS and _ACK_TEXT.search(stripped):
-        flags |= ACK
-    return flags
+        return FAILED
+    if len(stripped) <= _BLANK_MAX_CHARS and _BLANK_TEXT.search(stripped):
+        return BLANK
+    if len(stripped) <= _ACK_MAX_CHARS and _ACK_TEXT.search(stripped):
+        return ACK
+    return 0
