@@ -52,6 +52,15 @@ def _strip_volatile(obj: Any) -> Any:
     return obj
 
 
+def _strip_ids(obj: Any) -> Any:
+    """A parsed output without its per-call identifier keys (strings as they are)."""
+    if isinstance(obj, dict):
+        return {k: _strip_ids(v) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
+    if isinstance(obj, list):
+        return [_strip_ids(v) for v in obj]
+    return obj
+
+
 def _result_text(parsed: Any) -> str:
     """The text a parsed result says: a message's ``content`` (chat messages, LangChain ``ToolMessage``
     also when serialised with its type as ``{"type": …, "data": {…}}``), the text parts of a part list,
@@ -155,7 +164,8 @@ class Canonicalizer:
         self.max_text_bytes = max_text_bytes
         self.max_string_bytes = max_string_bytes
         self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
-        self._outputs = Memo(max_text_bytes)  # raw → (hash, empty, flags)
+        self._outputs = Memo(max_text_bytes)  # raw tool result → (hash, empty, flags)
+        self._plain_outputs = Memo(max_text_bytes)  # raw output of another step → (hash, empty, 0)
         self._errors = Memo(max_text_bytes)  # error text → (hash, flags)
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
@@ -178,9 +188,16 @@ class Canonicalizer:
         self._args.remember(raw, result, len(raw), nbytes + sys.getsizeof(result[1]))
         return result
 
-    def output(self, raw: str) -> tuple[int, bool, int]:
+    def output(self, raw: str, judged: bool = True) -> tuple[int, bool, int]:
         """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {},
-        its :mod:`~otelloop.mapping.results` flags)."""
+        its :mod:`~otelloop.mapping.results` flags).
+
+        Only results that progress is judged on (``judged``: a tool's) have their volatile parts
+        normalised and their flags read; the output of an LLM or agent step (long message lists, read
+        by no result rule) is hashed as it is, which costs a fraction of reading it for both.
+        """
+        if not judged:
+            return self._plain_output(raw)
         hit = self._outputs.get(raw)
         if hit is not None:
             return hit
@@ -194,6 +211,20 @@ class Canonicalizer:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
         self._outputs.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
+        return result
+
+    def _plain_output(self, raw: str) -> tuple[int, bool, int]:
+        hit = self._plain_outputs.get(raw)
+        if hit is not None:
+            return hit
+        parsed = self._parse(raw)
+        result: tuple[int, bool, int]
+        if parsed is _UNPARSED:
+            result = (hash_text(raw), raw.strip() == "", 0)
+        else:
+            empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
+            result = (hash_text(_dumps(_strip_ids(parsed))), empty, 0)
+        self._plain_outputs.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
         return result
 
     def error(self, text: str) -> tuple[int, int]:

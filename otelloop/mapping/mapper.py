@@ -360,7 +360,7 @@ class Mapper:
             if type(output) is list or type(output) is dict:
                 output = _to_json(output)
             if type(output) is str:
-                step.output_hash, empty, step.result_flags = self.canonical.output(output)
+                step.output_hash, empty, step.result_flags = self.canonical.output(output, step.kind == "tool")
             else:
                 step.output_hash, empty = self.canonical.oversized(output)[0], False
         if info[6] == _STATUS_ERROR or error_type:
