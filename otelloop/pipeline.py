@@ -201,7 +201,7 @@ class Pipeline:
         except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
         runs: list[list[tuple[Position, Step, SpanInfo]]] = []
-        errors: list[str] = []
+        errors = []
         sessions: dict[str, None] = {}
         base = 0
         for chunk, _ in chunks:
@@ -321,7 +321,7 @@ class Pipeline:
             base += spans
             if len(originals) > 1:
                 yield
-        modified = any(new is not old for (new, _), (old, _) in zip(parts, originals))
+        modified = any(new is not old for (new, _), (old, _) in zip(parts, originals, strict=True))
         if not modified:
             parts = self._unmodified(decoded, originals)
         return Processed(parts, decoded.spans, len(decoded.steps), modified, findings,

@@ -23,7 +23,7 @@ from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
-from otelloop.otlp.scan import Oversized, Resource, SpanInfo, event_key
+from otelloop.otlp.scan import Resource, SpanInfo, event_key
 
 _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_memory_store", "delete_memory",
                        "delete_memory_store", "search_memory", "update_memory", "upsert_memory"})
@@ -109,7 +109,7 @@ _EMPTY: dict[str, Any] = {}
 #: (attribute, Step field it fills, its read); read only when the span itself carries the attribute.
 _PROGRESS_READS: tuple[tuple[str, str, Plan], ...] = tuple(
     (key, field, ((COUNT if field == "failing_tests" else STRING, (key,), "progress"),))
-    for key, field in zip(_PROGRESS, ("diff_hash", "failing_tests", "failure_signature", "state_hash")))
+    for key, field in zip(_PROGRESS, ("diff_hash", "failing_tests", "failure_signature", "state_hash"), strict=True))
 _PROGRESS_KEYS = frozenset(_PROGRESS)
 _NODE: Plan = ((STRING, _NODE_KEYS, "node"),)
 _METADATA_NODE: Plan = ((STRING, ("metadata",), "node"),)

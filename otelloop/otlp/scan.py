@@ -48,9 +48,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otelloop.otlp import wire
 
 try:
-    from otelloop import _scan as _native
+    from otelloop import _scan
 except ImportError:  # no C compiler at install time
-    _native = None
+    _scan = None  # type: ignore[assignment]
+#: The native reader's module, or None where it could not be built.
+_native = _scan
 
 #: The native reader is in use (``OTELLOOP_PURE_PYTHON=1`` turns it off, for comparison).
 NATIVE = _native is not None and os.environ.get("OTELLOOP_PURE_PYTHON", "") in ("", "0")
@@ -135,7 +137,8 @@ class Scanner:
         self._wanted_events: dict[str, dict[str, str]] = {}
         for e, a in self.events:
             self._wanted_events.setdefault(e, {})[a] = event_key(e, a)
-        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, program,
+        # The native reader takes the program as the tuple it is (see otelloop.mapping.program.Program).
+        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, cast(Any, program),
                                       [(event_key(e, a), e, a) for e, a in self.events])
                       if self.native else None)
 
@@ -179,7 +182,8 @@ def rewrite(data: bytes, replaced: dict[int, bytes], extras: list[bytes | None] 
             if new is not None or extra:
                 spans[k] = (new if new is not None else spans[k]) + (extra or b"")
             i += 1
-    return raw.SerializeToString()
+    out: bytes = raw.SerializeToString()
+    return out
 
 
 def span_bytes(data: bytes) -> list[bytes]:
