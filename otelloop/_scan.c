@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -964,9 +965,33 @@ static int map_attrs(Scanner *sc, int resource_wanted, PyObject *rattrs, PyObjec
     return 1;
 }
 
-/* One span → (resource index, name, trace id hex, span id hex, start, end, status code, status message,
- * attributes or None, (exception type, message) or None, kind or None, reads or None), or None when it
- * cannot be an agent step (see map_attrs). */
+/* What the reader hands over of one span: a named record (a tuple, so that it compares equal to the
+ * pure-Python reader's otelloop.otlp.scan.SpanInfo), read by attribute at the speed of an index. */
+static PyStructSequence_Field span_info_fields[] = {
+    {"resource", "index of the span's ResourceSpans in the request"},
+    {"name", "span name"},
+    {"trace_id", "trace id, hex"},
+    {"span_id", "span id, hex"},
+    {"start_ns", "start time, Unix nanoseconds"},
+    {"end_ns", "end time, Unix nanoseconds"},
+    {"status_code", "status code (2: error)"},
+    {"status_message", "status message"},
+    {"attributes", "the wanted attributes (and event attributes), or None"},
+    {"exception", "(type, message) of the first \"exception\" event, or None"},
+    {"kind", "step kind decided by the program, or None"},
+    {"reads", "results of the kind's plan, or None"},
+    {NULL, NULL},
+};
+#define SPAN_INFO_FIELDS 12
+
+static PyStructSequence_Desc span_info_desc = {
+    "otelloop._scan.SpanInfo", "What the reader hands over of one span (see otelloop.otlp.scan).",
+    span_info_fields, SPAN_INFO_FIELDS,
+};
+
+static PyTypeObject SpanInfoType;
+
+/* One span → a SpanInfo, or None when it cannot be an agent step (see map_attrs). */
 static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted, PyObject *rattrs,
                            PyObject **last_trace, Cur *last_trace_bytes) {
     SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL};
@@ -1031,12 +1056,12 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
         Py_XSETREF(*last_trace, Py_NewRef(trace));
         *last_trace_bytes = s.trace_id;
     }
-    out = PyTuple_New(12);
+    out = PyStructSequence_New(&SpanInfoType);
     if (out == NULL) {
         Py_DECREF(trace);
         goto done;
     }
-    PyObject *items[12] = {
+    PyObject *items[SPAN_INFO_FIELDS] = {
         PyLong_FromSsize_t(r),
         s.name.p ? make_str(sc, s.name.p, s.name.end - s.name.p) : PyUnicode_FromStringAndSize("", 0),
         trace,
@@ -1052,11 +1077,11 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
         Py_NewRef(reads ? reads : Py_None),
     };
     int ok = 1;
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < SPAN_INFO_FIELDS; i++) {
         if (items[i] == NULL) ok = 0;
-        PyTuple_SET_ITEM(out, i, items[i]);
+        PyStructSequence_SET_ITEM(out, i, items[i]);
     }
-    if (!ok) Py_CLEAR(out); /* tupledealloc skips the NULL slots */
+    if (!ok) Py_CLEAR(out); /* the dealloc skips the NULL slots */
 done:
     Py_XDECREF(attrs);
     Py_XDECREF(kind);
@@ -1907,9 +1932,18 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__scan(void) {
     init_schemas();
     if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (SpanInfoType.tp_name == NULL) {
+        if (PyStructSequence_InitType2(&SpanInfoType, &span_info_desc) < 0) return NULL;
+        /* Every field of a SpanInfo is set, so its members may say so: CPython then specialises reading
+         * one by name like a __slots__ attribute (it does not for members that can be unset). */
+        for (PyMemberDef *mb = SpanInfoType.tp_members; mb != NULL && mb->name != NULL; mb++) {
+            if (mb->type == T_OBJECT) mb->type = T_OBJECT_EX;
+        }
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddObjectRef(m, "SpanInfo", (PyObject *)&SpanInfoType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

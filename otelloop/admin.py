@@ -43,8 +43,15 @@ from otelloop.events import HEARTBEAT, EventHub
 from otelloop.model import VERDICT_RANK
 from otelloop.pipeline import Pipeline
 from otelloop.redact import redact
-from otelloop.state import (ALERT_SEVERITIES, NAME_CHARS, RememberedFinding, Session, alert_summary,
-                            evidence_dict, recent_steps)
+from otelloop.state import (
+    ALERT_SEVERITIES,
+    NAME_CHARS,
+    RememberedFinding,
+    Session,
+    alert_summary,
+    evidence_dict,
+    recent_steps,
+)
 
 #: What an agent is told when it may not see the session-specific message (no agent content).
 GENERIC_MESSAGES = {
@@ -433,7 +440,8 @@ def _entropy_severity(s: Session, entropy: Any) -> str | None:
     if s.entropy_score is None or entropy is None:
         return None
     try:
-        return entropy.classify(s.entropy_score)
+        severity: str | None = entropy.classify(s.entropy_score)
+        return severity
     except Exception:
         return None
 

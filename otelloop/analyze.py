@@ -158,7 +158,8 @@ def render_table(reports: list[SessionReport]) -> str:
             key = (f["event"], f["message"])
             if key not in seen:
                 seen.add(key)
-                lines.append(f"    [{f['severity']}] {f['detector']}: {f['message'] or f['event']} (span {f['span_id']})")
+                lines.append(f"    [{f['severity']}] {f['detector']}: {f['message'] or f['event']} "
+                             f"(span {f['span_id']})")
     return "\n".join(lines) + "\n"
 
 

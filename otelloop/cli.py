@@ -78,7 +78,8 @@ def check_config(file: str) -> None:
 @click.option("--fail-on", type=click.Choice(["nudge", "stop"]), help="Exit 1 if a session reaches this verdict.")
 def analyze(files: tuple[str, ...], config_path: str | None, as_json: bool, output: Any, fail_on: str | None) -> None:
     """Run the detectors offline over recorded OTLP FILES and print findings per session."""
-    from otelloop.analyze import InputError, analyze as run, render_table, worst_verdict
+    from otelloop.analyze import InputError, render_table, worst_verdict
+    from otelloop.analyze import analyze as run
 
     config = _load(config_path, {})
     try:

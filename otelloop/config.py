@@ -20,9 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, MIN_STRING_BYTES
 from otelloop.detectors.base import DetectorConfig
-from otelloop.units import Duration, PositiveDuration, parse_duration  # noqa: F401  (re-exported)
 from otelloop.detectors.registry import registered
-
+from otelloop.units import Duration, PositiveDuration, parse_duration  # noqa: F401  (re-exported)
 
 #: Detector profiles: ``default`` is tuned to tell loops from progress on real agent traces; ``seed``
 #: keeps the strict rules that count repetition whatever its results (see docs/detectors.md#profiles).
@@ -481,7 +480,8 @@ class Config(_Section):
     _profile: str = PrivateAttr(DEFAULT_PROFILE)
 
     def detector(self, name: str) -> DetectorConfig:
-        return self.detectors[name]
+        config: DetectorConfig = self.detectors[name]
+        return config
 
     @property
     def detector_profile(self) -> str:
@@ -538,6 +538,7 @@ def _describe(schema: dict[str, Any]) -> str | None:
     if "const" in schema:
         return _json(schema["const"])
     t = schema.get("type")
+    text: str | None
     if schema.get("duration"):
         text = "a duration like 30s, 10m or 1h"
     else:
@@ -778,7 +779,7 @@ class _YAMLProblem(Exception):
     """A structural problem of the file, found while reading it; the message names the key path."""
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types
     """The safe loader, refusing what it would otherwise accept silently or crash on.
 
     Two keys equal in one mapping are an error naming both lines (the plain loader keeps the last one, so
@@ -836,7 +837,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError([f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})"]) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_StrictLoader)  # safe: a SafeLoader subclass
     except _YAMLProblem as e:
         raise ConfigError([str(e)]) from None
     except yaml.YAMLError as e:

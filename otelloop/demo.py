@@ -47,7 +47,8 @@ def _print_finding(step: Step, finding: Finding) -> None:
 
 def _verdict(admin: str, session: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{admin}/v1/sessions/{session}/verdict", timeout=2) as r:
-        return json.loads(r.read())
+        verdict: dict[str, Any] = json.loads(r.read())
+        return verdict
 
 
 def run_demo(repeats: int = 8, out: Any = None) -> int:
@@ -65,8 +66,8 @@ def run_demo(repeats: int = 8, out: Any = None) -> int:
         provider = TracerProvider(resource=Resource.create({"service.name": "demo-agent"}))
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=grpc_addr, insecure=True)))
         tracer = provider.get_tracer("otelloop.demo")
-        print(f"A research agent (service demo-agent) asks for the weather, and its search tool keeps "
-              f"returning nothing…\n", file=out, flush=True)
+        print("A research agent (service demo-agent) asks for the weather, and its search tool keeps "
+              "returning nothing…\n", file=out, flush=True)
         verdict: dict[str, Any] = {"verdict": "continue"}
         with tracer.start_as_current_span("invoke_agent researcher") as root:
             root.set_attribute("gen_ai.operation.name", "invoke_agent")

@@ -22,6 +22,7 @@ per event; a comment line every :data:`HEARTBEAT` seconds keeps idle connections
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -31,8 +32,8 @@ from typing import Any
 
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
-from otelloop.state import FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence, evidence_dict
 from otelloop.redact import redact
+from otelloop.state import FINDING_MESSAGE_CHARS, NAME_CHARS, Session, evidence, evidence_dict
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class StreamClient:
             self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return b": keep-alive\n\n"
         if self.dropped:
             return None
@@ -178,7 +179,7 @@ class EventHub:
         merged: dict[tuple[str, ...], list[Any]] = {}
         for item in raw:
             if item[0] == "finding":
-                key = ("finding", item[1], item[2].detector, item[2].event)
+                key: tuple[str, ...] = ("finding", item[1], item[2].detector, item[2].event)
             else:
                 key = ("verdict", item[1])
             entry = merged.get(key)
@@ -219,10 +220,8 @@ class EventHub:
         self.metrics.event_stream_clients_dropped.inc()
         self._log("slow", f"event stream: disconnected a client that fell more than {self.buffer_bytes // 1024} KiB "
                   "behind (admin.event_buffer_kib)")
-        try:
+        with contextlib.suppress(Exception):  # already gone
             client.abort()
-        except Exception:  # already gone
-            pass
 
     def _frame(self, first: tuple[Any, ...], repeats: int, last: tuple[Any, ...]) -> bytes:
         session = self.pipeline.store.get(last[1])

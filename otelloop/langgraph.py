@@ -84,7 +84,7 @@ class VerdictGuard:
         """Where the guard may route (for ``add_node(..., destinations=...)`` and graph drawings)."""
         return self.next_node, self._langgraph.END
 
-    def __call__(self, state: Any, config: RunnableConfig) -> Command:
+    def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         command = self._langgraph.Command
         verdict = self.check(state, config)
         if verdict.verdict == "stop":
@@ -119,8 +119,8 @@ class VerdictGuard:
         return self._langgraph.HumanMessage(content=verdict.message or DEFAULT_NUDGE, name=NOTE_NAME)
 
 
-def add_verdict_guard(builder: StateGraph, *, after: str, next_node: str, name: str = "otelloop_guard",
-                      **options: Any) -> VerdictGuard:
+def add_verdict_guard(builder: StateGraph[Any, Any, Any, Any], *, after: str, next_node: str,
+                      name: str = "otelloop_guard", **options: Any) -> VerdictGuard:
     """Insert a :class:`VerdictGuard` between ``after`` and ``next_node`` of a ``StateGraph`` builder.
 
     Typical ReAct wiring: ``agent → tools → guard → agent``, with ``after="tools"`` and

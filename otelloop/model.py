@@ -6,10 +6,10 @@ This module holds data only; it imports nothing else from otelloop so that every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 # An attribute value as it goes onto a span or span event (OTLP AnyValue subset).
-AttrValue = Union[str, bool, int, float, list[str], list[int], list[float]]
+AttrValue = str | bool | int | float | list[str] | list[int] | list[float]
 
 StepKind = Literal["tool", "llm", "system"]
 Outcome = Literal["success", "error", "empty"]

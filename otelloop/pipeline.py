@@ -201,7 +201,7 @@ class Pipeline:
         except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
         runs: list[list[tuple[Position, Step, SpanInfo]]] = []
-        errors: list[str] = []
+        errors = []
         sessions: dict[str, None] = {}
         base = 0
         for chunk, _ in chunks:
@@ -284,8 +284,8 @@ class Pipeline:
                 usage.add_findings(step, ctx)
                 _remember_scores(session, ctx)
                 extras[pos] = self._encode(step, ctx, langfuse) or None
-                if ctx.overwrites and info[8] is not None:
-                    carried = info[8]
+                if ctx.overwrites and info.attributes is not None:
+                    carried = info.attributes
                     present = {k: v for k, v in ctx.overwrites.items() if k in carried}
                     if present:
                         replacements[pos] = present
@@ -321,7 +321,7 @@ class Pipeline:
             base += spans
             if len(originals) > 1:
                 yield
-        modified = any(new is not old for (new, _), (old, _) in zip(parts, originals))
+        modified = any(new is not old for (new, _), (old, _) in zip(parts, originals, strict=True))
         if not modified:
             parts = self._unmodified(decoded, originals)
         return Processed(parts, decoded.spans, len(decoded.steps), modified, findings,
@@ -382,7 +382,7 @@ def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: byt
     steps: list[tuple[Position, Step, SpanInfo]] = []
     for i, info in enumerate(infos):
         if info is not None:
-            step = map_span(info, resources[info[0]], errors)
+            step = map_span(info, resources[info.resource], errors)
             if step is not None:
                 steps.append((base + i, step, info))
     return steps, len(infos), errors
@@ -401,7 +401,7 @@ def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], dat
         for i in range(start, min(start + CHECKPOINT_STEPS, len(infos))):
             info = infos[i]
             if info is not None:
-                step = map_span(info, resources[info[0]], errors)
+                step = map_span(info, resources[info.resource], errors)
                 if step is not None:
                     steps.append((base + i, step, info))
         yield

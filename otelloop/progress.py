@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from array import array
+from typing import TypeAlias
 
 from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
@@ -46,7 +47,7 @@ _MASK64 = (1 << 64) - 1
 #: the steps that brought something new, the tool steps in a row since the last one that did, the result
 #: keys remembered (oldest first, at most :data:`MAX_RESULTS`), then the recent calls (and tools) with
 #: their last result, its run length in the low bits (oldest first, at most :data:`MAX_CALLS`).
-ProgressState = array
+ProgressState: TypeAlias = "array[int]"
 _COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
 
 
@@ -100,7 +101,8 @@ def _result_key(step: Step) -> int | None:
 
     A write is identified by the file version it produces (or by its arguments when its content is
     unknown), a failure by its normalised error text, a result that says nothing by its tool, a result
-    that only acknowledges the action by the call's arguments, and any other result by its canonical hash — whichever tool returned it. Keys are stable hashes (they are
+    that only acknowledges the action by the call's arguments, and any other result by its canonical hash —
+    whichever tool returned it. Keys are stable hashes (they are
     shown on findings, and replicas and replays must agree on them).
     """
     if step.outcome == "error":

@@ -8,6 +8,7 @@ within the grace period → exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -21,16 +22,16 @@ from aiohttp import web
 
 from otelloop import bounds
 from otelloop.admin import AdminAPI
-from otelloop.events import EventHub
 from otelloop.config import Config, ConfigError, load_config, split_host_port
+from otelloop.events import EventHub
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
-from otelloop.redact import redact
-from otelloop.state import NAME_CHARS
 from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
+from otelloop.redact import redact
 from otelloop.resources import Accounting, MemoryGuard, rss_bytes
+from otelloop.state import NAME_CHARS
 from otelloop.telemetry import Metrics
 
 log = logging.getLogger("otelloop")
@@ -195,10 +196,8 @@ class Service:
             self.memory.check()
             if self.exporter is not None:
                 self.metrics.export_queue_spans.set(self.exporter.queued_spans)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), SWEEP_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
 
     # -- reload ------------------------------------------------------------------------------------
 

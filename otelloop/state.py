@@ -19,11 +19,11 @@ import struct
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
-from otelloop.bounds import MAX_TEXT_BYTES, cut, deep_size
+from otelloop.bounds import deep_size
 from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
@@ -125,7 +125,7 @@ class Session:
         kept.append(entry)
         self.findings = tuple(kept[-RECENT_FINDINGS:])
 
-    def apply_votes(self, votes: dict[str, tuple[str, str, str]]) -> None:
+    def apply_votes(self, votes: Mapping[str, tuple[str, str, str]]) -> None:
         """Fold detector votes into the session verdict (the most severe wins, docs/detectors.md#verdicts)."""
         for detector, vote in votes.items():
             if vote[0] == "continue":
@@ -241,7 +241,7 @@ def recent_steps(session: Session) -> list[dict[str, Any]]:
     if ring is None:
         return []
     out = []
-    for name, (value,) in zip(ring[:-1], _PACKED.iter_unpack(ring[-1])):
+    for name, (value,) in zip(ring[:-1], _PACKED.iter_unpack(ring[-1]), strict=True):
         out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(name, RECENT_NAME_CHARS),
                     "outcome": _OUTCOMES[value & 3],
                     "time_unix_ms": value >> 4})

@@ -17,6 +17,7 @@ comes back its counters start again from zero, which ``rate()`` and ``increase()
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -142,10 +143,8 @@ class BoundedSeries:
 
     def _remove(self, key: SeriesKey, series: _Series) -> None:
         values = key[1]
-        try:
+        with contextlib.suppress(KeyError):
             series.family.remove(*values)
-        except KeyError:
-            pass
         self.removed += 1
         for pos, label in series.capped:
             index = self._by_value.get((label, values[pos]))
@@ -344,7 +343,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, limits: Any = None) -> None:
         # No ``*_created`` series: they would double the series count and no rule or dashboard reads them.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         r = self.registry = registry or CollectorRegistry()
         self.series = BoundedSeries(MAX_SERIES, LABEL_IDLE_TIMEOUT)
         self.service_label = CappedLabel(on_free=lambda v: self.series.free_value(_SERVICE, v))

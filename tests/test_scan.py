@@ -123,10 +123,22 @@ def test_values_of_every_type() -> None:
                    "gen_ai.tool.call.result": {"inner": [1, 2], "empty": None}, "gen_ai.prompt": None}
 
 
+def test_both_readers_hand_over_the_same_named_records() -> None:
+    """The native record type has the pure-Python one's fields in its order; each reads the same by name."""
+    assert scan._native.SpanInfo.__match_args__ == scan.SpanInfo._fields
+    data = request(span("s", {"gen_ai.operation.name": "chat"}, error="boom"), tool_span())
+    for program in (None, PROGRAM):
+        native, python = readers(program=program)
+        got, want = native.scan(data)[1], python.scan(data)[1]
+        assert [type(i) for i in got] == [scan._native.SpanInfo] * 2 and [type(i) for i in want] == [scan.SpanInfo] * 2
+        for a, b in zip(got, want, strict=True):
+            assert a == b and {f: getattr(a, f) for f in b._fields} == b._asdict()
+
+
 def test_spans_that_cannot_be_steps_are_counted_not_read() -> None:
     data = request(span("plain", {"http.method": "GET"}), span("step", {"gen_ai.operation.name": "chat"}))
     resources, spans, _ = assert_same(data)
-    assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1][1] == "step"
+    assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1].name == "step"
 
 
 def test_several_resources_and_scopes_keep_their_order() -> None:
@@ -145,10 +157,10 @@ def test_long_values_are_left_in_the_request() -> None:
     big = "é" * 40
     data = request(tool_span(args=big, result=["x" * 70]), span("b", {"b": b"\x01" * 80, "k": "short"}))
     _, spans, _ = assert_same(data, limit=64)
-    args = spans[0][8]["gen_ai.tool.call.arguments"]
+    args = spans[0].attributes["gen_ai.tool.call.arguments"]
     assert isinstance(args, scan.Oversized) and args.kind == "string" and bytes(args.raw) == big.encode()
-    assert spans[0][8]["gen_ai.tool.call.result"].kind == "array"
-    assert spans[1][8] == {"b": scan.Oversized("bytes", memoryview(b"\x01" * 80)), "k": "short"}
+    assert spans[0].attributes["gen_ai.tool.call.result"].kind == "array"
+    assert spans[1].attributes == {"b": scan.Oversized("bytes", memoryview(b"\x01" * 80)), "k": "short"}
 
 
 def _event(name: str, **attrs: Any) -> Span.Event:
@@ -167,19 +179,19 @@ def test_wanted_event_attributes_are_read_under_their_own_keys() -> None:
     data = request(span("execute_tool read_file", {"gen_ai.tool.name": "read_file"}, events=events))
     _, spans, _ = assert_same(data)
     key = scan.event_key
-    assert spans[0][8] == {"gen_ai.tool.name": "read_file",
+    assert spans[0].attributes == {"gen_ai.tool.name": "read_file",
                            key("gen_ai.tool.message", "content"): '{"path": "a.txt"}',
                            key("gen_ai.client.inference.operation.details", "gen_ai.input.messages"): "[1]",
                            key("gen_ai.client.inference.operation.details", "gen_ai.output.messages"): "[2]",
                            key("gen_ai.choice", "message"): ["t", 1]}
-    assert spans[0][9] == ("E", "m")
+    assert spans[0].exception == ("E", "m")
 
 
 def test_event_values_are_oversized_like_attributes() -> None:
     data = request(span("execute_tool t", {"gen_ai.tool.name": "t"},
                         events=[_event("gen_ai.choice", message="x" * 100)]))
     _, spans, _ = assert_same(data, limit=64)
-    value = spans[0][8][scan.event_key("gen_ai.choice", "message")]
+    value = spans[0].attributes[scan.event_key("gen_ai.choice", "message")]
     assert isinstance(value, scan.Oversized) and bytes(value.raw) == b"x" * 100
 
 
@@ -187,7 +199,7 @@ def test_events_alone_do_not_make_a_step() -> None:
     data = request(span("plain", {"http.method": "GET"}, events=[_event("gen_ai.choice", message="m")]))
     assert readers(program=PROGRAM)[0].scan(data)[1] == [None]
     _, spans, _ = assert_same(data)
-    assert spans[0][8] == {scan.event_key("gen_ai.choice", "message"): "m"}  # without a program: for the rules
+    assert spans[0].attributes == {scan.event_key("gen_ai.choice", "message"): "m"}  # without a program: for the rules
 
 
 def test_an_event_key_is_never_read_as_an_attribute() -> None:
@@ -195,7 +207,7 @@ def test_an_event_key_is_never_read_as_an_attribute() -> None:
     data = request(span("execute_tool t", {"gen_ai.tool.name": "t", key: "an attribute"}))
     for native in (True, False):
         _, spans, _ = scan.Scanner(KEYS | {key}, native=native, events=EVENTS).scan(data)
-        assert spans[0][8] == {"gen_ai.tool.name": "t"}
+        assert spans[0].attributes == {"gen_ai.tool.name": "t"}
     with pytest.raises(ValueError, match="also an attribute key"):
         scan._native.Scanner([key], 64, scan.Oversized, None, [(key, "gen_ai.choice", "message")])
 
@@ -540,10 +552,11 @@ def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
     assert got == python.scan(data)
     _, spans, errors = got
     tool, chat, agent, explicit, plain, unknown = spans
-    assert (tool[8], tool[10]) == (None, "tool") and tool[11][:3] == ("search_web", None, "a1")
-    assert (chat[8], chat[10]) == (None, "llm") and chat[11][9] is None and errors == ["input_tokens"]
-    assert agent[10] == "system" and agent[8] == {"gen_ai.operation.name": "invoke_agent", "graph.node.id": "n1"}
-    assert explicit[10] is None and explicit[11] is None and explicit[8]["otelloop.step.kind"] == "tool"
+    assert (tool.attributes, tool.kind) == (None, "tool") and tool.reads[:3] == ("search_web", None, "a1")
+    assert (chat.attributes, chat.kind) == (None, "llm") and chat.reads[9] is None and errors == ["input_tokens"]
+    assert agent.kind == "system"
+    assert agent.attributes == {"gen_ai.operation.name": "invoke_agent", "graph.node.id": "n1"}
+    assert explicit.kind is None and explicit.reads is None and explicit.attributes["otelloop.step.kind"] == "tool"
     assert plain is None and unknown is None
 
 
@@ -559,7 +572,7 @@ def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
 def test_the_program_reads_kinds_as_protobuf_merges_values(span_bytes: bytes, kind: str | None) -> None:
     data = _request_of_span(_field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + span_bytes)
     _, spans, _ = readers(program=PROGRAM)[0].scan(data)
-    assert (spans[0][10] if spans[0] is not None else None) == kind
+    assert (spans[0].kind if spans[0] is not None else None) == kind
     _assert_maps_like_the_mapper(data)
     assert_same(data)
 
@@ -577,8 +590,8 @@ def test_a_scanner_refuses_to_be_reentered() -> None:
     scanner = scan._native.Scanner(["k"], 4, oversized)
     data = request(span("s", {"k": "a long value"}))
     _, spans, _ = scanner.scan(data)
-    assert isinstance(spans[0][8]["k"], scan.Oversized) and "already running" in inner[0]
-    assert scanner.scan(data)[1][0][8]["k"].kind == "string"  # and works again afterwards
+    assert isinstance(spans[0].attributes["k"], scan.Oversized) and "already running" in inner[0]
+    assert scanner.scan(data)[1][0].attributes["k"].kind == "string"  # and works again afterwards
 
 
 def test_a_program_naming_a_kind_without_a_plan_is_refused() -> None:

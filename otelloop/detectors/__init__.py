@@ -4,7 +4,7 @@ Each module defines one detector class decorated with :func:`otelloop.detectors.
 Adding a detector means adding one module and one import line here; nothing else changes.
 """
 
-from otelloop.detectors import divergence  # noqa: F401  (registration order = import order)
+from otelloop.detectors import divergence  # noqa: F401, I001  (registration order = import order)
 from otelloop.detectors import rate  # noqa: F401
 from otelloop.detectors import drift  # noqa: F401
 from otelloop.detectors import entropy  # noqa: F401

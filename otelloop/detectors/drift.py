@@ -57,8 +57,8 @@ class DriftConfig(DetectorConfig):
     cooldown_steps: int = Field(5, ge=0)
     escalation_ema: float = Field(0.5, ge=0.0, le=1.0)
     progress_aware: bool = True
-    stop_counts: dict[Literal["read_loop", "edit_revert", "test_fail_loop"], Annotated[int, Field(ge=1)]] = {
-        "read_loop": 5, "edit_revert": 2, "test_fail_loop": 2}
+    stop_counts: dict[Literal["read_loop", "edit_revert", "test_fail_loop"], Annotated[int, Field(ge=1)]] = (
+        {"read_loop": 5, "edit_revert": 2, "test_fail_loop": 2})  # noqa: RUF012 (pydantic copies field defaults)
 
 
 class _Read(NamedTuple):
@@ -265,8 +265,8 @@ class DriftDetector(Detector):
     def summary(self, state: DriftState) -> dict[str, Any]:
         return {
             "steps": state.steps,
-            "ema": dict(zip(PATTERNS, state.ema)),
-            "last_alert_step": dict(zip(PATTERNS, state.last_alert)),
+            "ema": dict(zip(PATTERNS, state.ema, strict=True)),
+            "last_alert_step": dict(zip(PATTERNS, state.last_alert, strict=True)),
             "window_entries": sum(len(entries or ()) for entries in (state.reads, state.writes, state.runs)),
         }
 

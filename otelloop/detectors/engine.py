@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
+from otelloop import progress
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import registered, slot
-from otelloop import progress
 from otelloop.model import Step
 from otelloop.state import Session
 
@@ -85,7 +86,7 @@ class DetectorEngine:
             self._last_error_log[name] = now
             log.exception("detector %s failed on a step; the span is forwarded without its findings", name)
 
-    def summaries(self, session: Session) -> dict[str, dict]:
+    def summaries(self, session: Session) -> dict[str, dict[str, Any]]:
         """Per-detector evidence for the sessions API."""
         out = {}
         for det in self.detectors:

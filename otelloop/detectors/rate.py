@@ -17,7 +17,6 @@ from otelloop.model import Finding, Step
 from otelloop.units import Duration
 
 
-
 class RateConfig(DetectorConfig):
     """``detectors.rate``. A threshold of ``.inf`` or ``null`` disables that check.
 

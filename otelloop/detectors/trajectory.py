@@ -18,7 +18,7 @@ level.
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -188,7 +188,8 @@ class TrajectoryDetector(Detector):
 
     name = "trajectory"
     Config = TrajectoryConfig
-    profiles = {"seed": {"progress_aware": False, "min_repeats": 3, "weights": {"phantom_progress": 0.5}}}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
+        "seed": {"progress_aware": False, "min_repeats": 3, "weights": {"phantom_progress": 0.5}}}
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -409,7 +410,7 @@ def _next_score(score: float, signals: dict[str, _Signal], cfg: TrajectoryConfig
     if not signals:
         return round(score * cfg.decay, SCORE_DECIMALS)
     weights = cfg.weights
-    added = sum(getattr(weights, kind) * signal.confidence for kind, signal in signals.items())
+    added: float = sum(getattr(weights, kind) * signal.confidence for kind, signal in signals.items())
     return round(min(score + added, cfg.max_score), SCORE_DECIMALS)
 
 

@@ -270,7 +270,8 @@ class Exporter:
             original = processed.originals[k][0] if processed.originals else None
             as_came: list[bytes] = []
 
-            def oversized(index: int, span: bytes, size: int) -> bytes | None:
+            def oversized(index: int, span: bytes, size: int, *, original: bytes | None = original,
+                          as_came: list[bytes] = as_came) -> bytes | None:
                 nonlocal unenriched, failed
                 if original is not None:
                     if not as_came:
@@ -422,12 +423,12 @@ class Exporter:
             return
         if too_big:
             self._drop(too_big, "too_large", f"a span alone exceeds exporter.max_request_mib ({limit} bytes)")
-        for part, count in parts:
+        for chunk, count in parts:
             if not count:
                 continue
-            result = await self._deliver(part)
-            if _too_large(result) and count > 1 and len(part) < len(data):
-                await self._deliver_in_parts(part, count, len(part) // 2)
+            result = await self._deliver(chunk)
+            if _too_large(result) and count > 1 and len(chunk) < len(data):
+                await self._deliver_in_parts(chunk, count, len(chunk) // 2)
             else:
                 self._settle(count, result)
 

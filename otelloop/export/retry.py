@@ -50,7 +50,7 @@ _MIN_INTERVAL = 0.01
 _MESSAGE_LIMIT = 300
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What one export attempt amounted to; also the ``outcome`` label of the duration histogram."""
 
     SUCCESS = "success"

@@ -75,7 +75,7 @@ def _result_text(parsed: Any) -> str:
     if isinstance(parsed, list) and parsed and all(isinstance(p, (dict, str)) for p in parsed):
         texts = [p if isinstance(p, str) else p.get("text") for p in parsed]
         if all(isinstance(t, str) for t in texts):
-            return "\n".join(texts)  # type: ignore[arg-type]
+            return "\n".join(texts)
     return "" if parsed is None or parsed == [] or parsed == {} else _dumps(parsed)
 
 
@@ -170,7 +170,7 @@ class Canonicalizer:
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
         """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
-        hit = self._args.get(raw)
+        hit: tuple[int, str, dict[str, Any] | None] | None = self._args.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
@@ -198,7 +198,7 @@ class Canonicalizer:
         """
         if not judged:
             return self._plain_output(raw)
-        hit = self._outputs.get(raw)
+        hit: tuple[int, bool, int] | None = self._outputs.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
@@ -214,7 +214,7 @@ class Canonicalizer:
         return result
 
     def _plain_output(self, raw: str) -> tuple[int, bool, int]:
-        hit = self._plain_outputs.get(raw)
+        hit: tuple[int, bool, int] | None = self._plain_outputs.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
@@ -251,7 +251,7 @@ class Canonicalizer:
         if len(raw) > self.max_text_bytes:
             return _UNPARSED
         s = raw.lstrip()
-        if not s or s[0] not in "{[\"" and s not in ("null", "true", "false"):
+        if not s or (s[0] not in "{[\"" and s not in ("null", "true", "false")):
             return _UNPARSED
         try:
             return json.loads(s)

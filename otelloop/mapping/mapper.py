@@ -23,7 +23,7 @@ from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
-from otelloop.otlp.scan import Oversized, Resource, SpanInfo, event_key
+from otelloop.otlp.scan import Resource, SpanInfo, event_key
 
 _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_memory_store", "delete_memory",
                        "delete_memory_store", "search_memory", "update_memory", "upsert_memory"})
@@ -99,13 +99,17 @@ _TOOL_ENTRY_BYTES = 300
 #: Estimated bytes of a name-table entry besides its strings (its slot in the table).
 _NAME_ENTRY_BYTES = 100
 _NOT_A_FILE_TOOL: tuple[Any, ...] = ()
+#: A step is built by keyword through ``Step.__init__`` called as a function, which takes keywords as they
+#: come: calling the class with keywords packs them into a dict first (CPython 3.11), which doubles the
+#: cost of building a step.
+_new_object, _init_step = object.__new__, Step.__init__
 
 
 _EMPTY: dict[str, Any] = {}
 #: (attribute, Step field it fills, its read); read only when the span itself carries the attribute.
 _PROGRESS_READS: tuple[tuple[str, str, Plan], ...] = tuple(
     (key, field, ((COUNT if field == "failing_tests" else STRING, (key,), "progress"),))
-    for key, field in zip(_PROGRESS, ("diff_hash", "failing_tests", "failure_signature", "state_hash")))
+    for key, field in zip(_PROGRESS, ("diff_hash", "failing_tests", "failure_signature", "state_hash"), strict=True))
 _PROGRESS_KEYS = frozenset(_PROGRESS)
 _NODE: Plan = ((STRING, _NODE_KEYS, "node"),)
 _METADATA_NODE: Plan = ((STRING, ("metadata",), "node"),)
@@ -139,8 +143,8 @@ def _unquote(raw: str) -> str:
 
 def _error_text(info: SpanInfo, error_type: str | None) -> str:
     """Error type, status message and the first exception event's type and message."""
-    exc = info[9]
-    return "|".join([error_type or "", info[7], *(exc if exc is not None else ())])
+    exc = info.exception
+    return "|".join([error_type or "", info.status_message, *(exc if exc is not None else ())])
 
 
 def _metadata_kind(raw: str) -> str | None:
@@ -243,16 +247,17 @@ class Mapper:
 
     def map_span(self, info: SpanInfo, resource: Resource, errors: list[str]) -> Step | None:
         """The step a span stands for, or None when it is not an agent step (docs/mapping.md)."""
-        kind: str | None = info[10]
+        kind = info.kind
         if kind is not None:  # the reader ran the program: kind and reads are done (tool names as below)
-            return self._build(info, info[8] or _EMPTY, resource[0] or _EMPTY, kind, info[11],  # type: ignore[arg-type]
+            return self._build(info, info.attributes or _EMPTY, resource[0] or _EMPTY, kind,
+                               info.reads,  # type: ignore[arg-type]
                                kind == "tool", resource[1], errors)
-        span, res = info[8], resource[0]
+        span, res = info.attributes, resource[0]
         if span is None:
             if res is None:
                 return None
             span = _EMPTY
-        rule = next((r for r in self.rules if r.matches(info[1], span)), None) if self.rules else None
+        rule = next((r for r in self.rules if r.matches(info.name, span)), None) if self.rules else None
         if rule is not None:
             kind = rule.rule.kind
             plans = rule.plans
@@ -275,7 +280,7 @@ class Mapper:
         """
         (name, session, agent, model, op, intent, args, output, error_type, tokens_in, tokens_out,
          cost) = reads
-        span_name, trace_hex = info[1], info[2]
+        span_name, trace_hex = info.name, info.trace_id
         if name is None:  # a tool's name may be in its span name; a rule's name attribute falls back to it
             name = span_name.removeprefix("execute_tool ") if tool_names else span_name
         tokens_in, tokens_out = tokens_in or 0, tokens_out or 0
@@ -296,11 +301,11 @@ class Mapper:
             model = names.get(model) or new(model)
         if session is not None and len(session) > self._short:  # ids are not repeated: no table
             session = cut(session, self.max_string_bytes)
-        # Positional in field order (session … span_id): keyword matching over Step's 30 fields would
-        # cost more than the rest of this function.
-        step = Step(session or trace_hex, kind, name, agent, service, None, model, intent,  # type: ignore[arg-type]
-                    None, None, None, "success", None, tokens_in, tokens_out, cost or 0.0, info[4], info[5],
-                    trace_hex, info[3])
+        step = _new_object(Step)
+        _init_step(step, session=session or trace_hex, kind=kind, name=name, agent=agent,  # type: ignore[arg-type]
+                   service=service, model=model, intent=intent, input_tokens=tokens_in, output_tokens=tokens_out,
+                   cost_usd=cost or 0.0, start_ns=info.start_ns, end_ns=info.end_ns, trace_id=trace_hex,
+                   span_id=info.span_id)
         if kind == "system":
             node = self._node(span, res, span_name, errors)
             step.node = names.get(node) or new(node)
@@ -363,7 +368,7 @@ class Mapper:
                 step.output_hash, empty, step.result_flags = self.canonical.output(output, step.kind == "tool")
             else:
                 step.output_hash, empty = self.canonical.oversized(output)[0], False
-        if info[6] == _STATUS_ERROR or error_type:
+        if info.status_code == _STATUS_ERROR or error_type:
             step.outcome = "error"
             text = _error_text(info, error_type)
             step.error_signature = error_signature(text)

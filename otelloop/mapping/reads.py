@@ -64,11 +64,10 @@ def _read(span: dict[str, Any], res: dict[str, Any], op: int, keys: tuple[str, .
                     return v
                 if t is float and math.isfinite(v) and v >= 0 and v.is_integer():
                     return int(v)
-            elif op == AMOUNT:
-                if t is float or t is int:
-                    x = float(v)
-                    if math.isfinite(x) and x >= 0:
-                        return x
+            elif op == AMOUNT and (t is float or t is int):
+                x = float(v)
+                if math.isfinite(x) and x >= 0:
+                    return x
             errors.append(field)
     return None
 

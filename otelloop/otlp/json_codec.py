@@ -93,7 +93,9 @@ def _parse_dict(doc: dict[str, Any]) -> PB2ExportTraceServiceRequest:
     wrong types ``TypeError``/``ValueError``. All of them are the sender's fault.
     """
     try:
-        return json_format.ParseDict(doc, PB2ExportTraceServiceRequest(), ignore_unknown_fields=True)
+        request: PB2ExportTraceServiceRequest = json_format.ParseDict(doc, PB2ExportTraceServiceRequest(),
+                                                                      ignore_unknown_fields=True)
+        return request
     except json_format.ParseError as e:
         raise JSONDecodeError(str(e)) from None
     except RecursionError:  # deeper than protobuf's own nesting limit allows
@@ -103,7 +105,8 @@ def _parse_dict(doc: dict[str, Any]) -> PB2ExportTraceServiceRequest:
 
 
 def json_to_protobuf(body: bytes | str) -> bytes:
-    return json_to_request(body).SerializeToString()
+    data: bytes = json_to_request(body).SerializeToString()
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -288,7 +291,7 @@ def request_to_json(request: PB2ExportTraceServiceRequest | bytes) -> dict[str, 
     """An OTLP/JSON document (hex ids, integer enums), e.g. for ``analyze --output``."""
     if isinstance(request, bytes):
         request = PB2ExportTraceServiceRequest.FromString(request)
-    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
+    doc: dict[str, Any] = json_format.MessageToDict(request, use_integers_for_enums=True)
     for rs in doc.get("resourceSpans", []):
         for ss in rs.get("scopeSpans", []):
             for span in ss.get("spans", []):

@@ -8,7 +8,7 @@ attribute key, handed over under :func:`event_key`), and optionally the mapper's
 
 * ``resources``: one ``(attributes, service_name)`` per ``ResourceSpans``, where ``attributes`` holds the
   wanted keys the resource carries (``None`` when it carries none);
-* ``spans``: one entry per span, in request order: a :data:`SpanInfo`, or ``None`` for a span that
+* ``spans``: one entry per span, in request order: a :class:`SpanInfo`, or ``None`` for a span that
   cannot be an agent step (it carries no wanted key and neither does its resource; with a program,
   its own attributes declare no step kind);
 * ``errors``: the fields of typed reads the program ran that met a value of the wrong type.
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -48,9 +48,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otelloop.otlp import wire
 
 try:
-    from otelloop import _scan as _native
+    from otelloop import _scan
 except ImportError:  # no C compiler at install time
-    _native = None
+    _scan = None  # type: ignore[assignment]
+#: The native reader's module, or None where it could not be built.
+_native = _scan
 
 #: The native reader is in use (``OTELLOOP_PURE_PYTHON=1`` turns it off, for comparison).
 NATIVE = _native is not None and os.environ.get("OTELLOOP_PURE_PYTHON", "") in ("", "0")
@@ -75,13 +77,33 @@ class Oversized(NamedTuple):
     raw: memoryview
 
 
-#: (resource index, name, trace id hex, span id hex, start ns, end ns, status code, status message,
-#: wanted attributes or None, (exception type, exception message) of the first "exception" event or None,
-#: step kind or None, results of the kind's plan or None)
-SpanInfo = tuple[int, str, str, str, int, int, int, str, "dict[str, Any] | None", "tuple[str, str] | None",
-                 "str | None", "tuple[Any, ...] | None"]
+class SpanInfo(NamedTuple):
+    """What the reader hands over of one span. The native reader's record, ``otelloop._scan.SpanInfo``,
+    has the same fields in the same order (both are tuples and compare equal field by field)."""
+
+    #: index of the span's ``ResourceSpans`` in the request (into ``resources``)
+    resource: int
+    name: str
+    #: trace id, hex
+    trace_id: str
+    #: span id, hex
+    span_id: str
+    start_ns: int
+    end_ns: int
+    status_code: int
+    status_message: str
+    #: the wanted attributes (and event attributes, under :func:`event_key`), or None
+    attributes: dict[str, Any] | None
+    #: (type, message) of the first ``exception`` event, or None
+    exception: tuple[str, str] | None
+    #: the step kind the program decided, or None
+    kind: str | None
+    #: the results of the kind's plan, or None
+    reads: tuple[Any, ...] | None
+
+
 Resource = tuple["dict[str, Any] | None", str]
-Scanned = tuple[list[Resource], list["SpanInfo | None"], list[str]]
+Scanned = tuple[list[Resource], list[SpanInfo | None], list[str]]
 
 
 class Program(Protocol):
@@ -115,7 +137,8 @@ class Scanner:
         self._wanted_events: dict[str, dict[str, str]] = {}
         for e, a in self.events:
             self._wanted_events.setdefault(e, {})[a] = event_key(e, a)
-        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, program,
+        # The native reader takes the program as the tuple it is (see otelloop.mapping.program.Program).
+        self._impl = (_native.Scanner(sorted(self.keys), max_value_bytes, Oversized, cast(Any, program),
                                       [(event_key(e, a), e, a) for e, a in self.events])
                       if self.native else None)
 
@@ -126,7 +149,7 @@ class Scanner:
             ValueError: the bytes are not a valid ``ExportTraceServiceRequest`` (the message says why).
         """
         if self._impl is not None:
-            return self._impl.scan(data)
+            return cast(Scanned, self._impl.scan(data))  # its records have SpanInfo's fields
         return _scan_python(data, self.keys, self.max_value_bytes, self.program, self._wanted_events)
 
 
@@ -159,7 +182,8 @@ def rewrite(data: bytes, replaced: dict[int, bytes], extras: list[bytes | None] 
             if new is not None or extra:
                 spans[k] = (new if new is not None else spans[k]) + (extra or b"")
             i += 1
-    return raw.SerializeToString()
+    out: bytes = raw.SerializeToString()
+    return out
 
 
 def span_bytes(data: bytes) -> list[bytes]:
@@ -203,9 +227,9 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
                 elif attrs is None and res_attrs is None:
                     spans.append(None)
                     continue
-                spans.append((r, span.name, span.trace_id.hex(), span.span_id.hex(), span.start_time_unix_nano,
-                              span.end_time_unix_nano, span.status.code, span.status.message, attrs,
-                              _exception(span), kind, reads))
+                spans.append(SpanInfo(r, span.name, span.trace_id.hex(), span.span_id.hex(),
+                                      span.start_time_unix_nano, span.end_time_unix_nano, span.status.code,
+                                      span.status.message, attrs, _exception(span), kind, reads))
     return resources, spans, errors
 
 

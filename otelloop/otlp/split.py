@@ -303,7 +303,7 @@ def split_request(data: bytes, max_bytes: int, *, max_spans: int = 0,
             packer.begin_scope(bytes(scope.header))
             if not scope.starts:
                 packer.add_empty_scope()
-            for start, stop in zip(scope.starts, scope.ends):
+            for start, stop in zip(scope.starts, scope.ends, strict=True):
                 if packer.solo_size(stop - start) > max_bytes and oversized is not None:
                     field = data[start:stop]
                     replacement = oversized(index, _value(field), packer.solo_size(stop - start))

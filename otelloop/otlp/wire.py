@@ -137,4 +137,5 @@ def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue
     kept = [kv for kv in span.attributes if kv.key not in replacements]
     del span.attributes[:]
     span.attributes.extend(kept)
-    return span.SerializeToString() + encode_span_attributes(replacements)
+    kept_bytes: bytes = span.SerializeToString()
+    return kept_bytes + encode_span_attributes(replacements)

@@ -42,7 +42,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def _read_plain(request: web.Request, limit: int) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     size = 0
     while True:
         chunk = await request.content.read(_CHUNK)

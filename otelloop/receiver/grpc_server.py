@@ -102,5 +102,6 @@ def response(accepted: Accepted) -> bytes:
     refused and why."""
     if not accepted.rejected:
         return b""
-    return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
+    out: bytes = ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
         rejected_spans=accepted.rejected, error_message=accepted.message)).SerializeToString()
+    return out

@@ -133,10 +133,7 @@ class HttpReceiver:
     def _refuse(self, request: web.Request, ctype: str, refusal: Refusal) -> web.StreamResponse:
         retry = RETRY_AFTER_S if refusal.reason == "backpressure" else None
         st = status(refusal.reason, refusal.message, retry)
-        if ctype == _JSON:
-            body = json_format.MessageToJson(st, indent=None).encode()
-        else:
-            body = st.SerializeToString()
+        body = json_format.MessageToJson(st, indent=None).encode() if ctype == _JSON else st.SerializeToString()
         response = self._respond(request, body, ctype, HTTP_CODES[refusal.reason])
         if retry is not None:
             response.headers["Retry-After"] = str(retry)

@@ -117,7 +117,7 @@ class BearerAuth:
     def check(self, header: str | None) -> bool:
         if not self._tokens:
             return True
-        if not header or not header[:7].lower() == "bearer ":
+        if not header or header[:7].lower() != "bearer ":
             return False
         given = header[7:].strip().encode()
         ok = False
