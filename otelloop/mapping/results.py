@@ -20,6 +20,7 @@ Everything here is a pure function of the text, memoised by the caller with the 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 #: The result says nothing (an empty or "nothing found" answer).
 BLANK = 1
@@ -34,17 +35,28 @@ _BLANK_MAX_CHARS = 300
 _ACK_MAX_CHARS = 120
 _FAILURE_TAIL_CHARS = 4096
 
-_VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
+def _ids_only(match: re.Match[str]) -> str:
+    """A run of hex digits is an id when it mixes letters and digits (``deadbeef`` and ``20261125`` stay)."""
+    run = match.group()
+    if run.isdigit() or run.isalpha():
+        return run
+    return "<hex>"
+
+
+#: (pattern, replacement, substrings one of which every match contains, or none to look for first: the
+#: substring test is a fraction of a search's cost, and most results hold no such part at all).
+_VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
+    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>", ("-",)),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
-     "<date>"),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
-    (re.compile(r"(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>"),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>"),
+     "<date>", ("-",)),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>", (":",)),
+    (re.compile(r"(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>",
+     ("/tmp/", "/var/folders/", "/dev/shm/")),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("0x",)),
     # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
-    (re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<hex>"),
+    (re.compile(r"\b[0-9a-fA-F]{8,}\b"), _ids_only, ("",)),
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
-    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ("",)),
 )
 
 _BLANK_TEXT = re.compile(
@@ -84,8 +96,9 @@ def normalise_result(text: str) -> str:
     """``text`` with its volatile parts replaced by placeholders (see the module docstring)."""
     if _DIGIT.search(text) is None and "/tmp" not in text:
         return text
-    for pattern, placeholder in _VOLATILE:
-        text = pattern.sub(placeholder, text)
+    for pattern, placeholder, needed in _VOLATILE:
+        if any(part in text for part in needed):
+            text = pattern.sub(placeholder, text)
     return text
 
 
