@@ -101,9 +101,9 @@ def _result_key(step: Step) -> int | None:
 
     A write is identified by the file version it produces (or by its arguments when its content is
     unknown), a failure by its normalised error text, a result that says nothing by its tool, a result
-    that only acknowledges the action by the call's arguments, and any other result by its canonical hash —
-    whichever tool returned it. Keys are stable hashes (they are
-    shown on findings, and replicas and replays must agree on them).
+    that only acknowledges the action by the call's arguments, and any other result by its canonical
+    hash, whichever tool returned it. Keys are stable hashes (they are shown on findings, and replicas
+    and replays must agree on them).
     """
     if step.outcome == "error":
         return _stable("error", step.name, step.error_hash)

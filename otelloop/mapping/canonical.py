@@ -41,23 +41,15 @@ def hash_text(text: str) -> int:
     return hash_bytes(text.encode("utf-8", "surrogatepass"))
 
 
-def _strip_volatile(obj: Any) -> Any:
-    """A parsed result without its per-call identifier keys, its strings normalised (see ``results``)."""
+def _strip_volatile(obj: Any, normalise: bool = True) -> Any:
+    """A parsed output without its per-call identifier keys, its strings normalised (see ``results``)
+    unless ``normalise`` is false."""
     if isinstance(obj, dict):
-        return {k: _strip_volatile(v) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
+        return {k: _strip_volatile(v, normalise) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
     if isinstance(obj, list):
-        return [_strip_volatile(v) for v in obj]
-    if isinstance(obj, str):
+        return [_strip_volatile(v, normalise) for v in obj]
+    if normalise and isinstance(obj, str):
         return normalise_result(obj)
-    return obj
-
-
-def _strip_ids(obj: Any) -> Any:
-    """A parsed output without its per-call identifier keys (strings as they are)."""
-    if isinstance(obj, dict):
-        return {k: _strip_ids(v) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
-    if isinstance(obj, list):
-        return [_strip_ids(v) for v in obj]
     return obj
 
 
@@ -196,35 +188,22 @@ class Canonicalizer:
         normalised and their flags read; the output of an LLM or agent step (long message lists, read
         by no result rule) is hashed as it is, which costs a fraction of reading it for both.
         """
-        if not judged:
-            return self._plain_output(raw)
-        hit: tuple[int, bool, int] | None = self._outputs.get(raw)
+        memo = self._outputs if judged else self._plain_outputs
+        hit: tuple[int, bool, int] | None = memo.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
-        result: tuple[int, bool, int]
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
-            result = (hash_text(normalise_result(raw)), empty, result_flags(raw, empty))
+            text = normalise_result(raw) if judged else raw
+            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0)
         else:
-            parsed = call_result(parsed)
+            if judged:
+                parsed = call_result(parsed)
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
-            result = (hash_text(_dumps(_strip_volatile(parsed))), empty, result_flags(_result_text(parsed), empty))
-        self._outputs.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
-        return result
-
-    def _plain_output(self, raw: str) -> tuple[int, bool, int]:
-        hit: tuple[int, bool, int] | None = self._plain_outputs.get(raw)
-        if hit is not None:
-            return hit
-        parsed = self._parse(raw)
-        result: tuple[int, bool, int]
-        if parsed is _UNPARSED:
-            result = (hash_text(raw), raw.strip() == "", 0)
-        else:
-            empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
-            result = (hash_text(_dumps(_strip_ids(parsed))), empty, 0)
-        self._plain_outputs.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
+            result = (hash_text(_dumps(_strip_volatile(parsed, judged))), empty,
+                      result_flags(_result_text(parsed), empty) if judged else 0)
+        memo.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
         return result
 
     def error(self, text: str) -> tuple[int, int]:

@@ -43,8 +43,9 @@ def _ids_only(match: re.Match[str]) -> str:
     return "<hex>"
 
 
-#: (pattern, replacement, substrings one of which every match contains, or none to look for first: the
-#: substring test is a fraction of a search's cost, and most results hold no such part at all).
+#: (pattern, replacement, substrings one of which every match contains — empty when no substring is
+#: common to all matches: the substring test is a fraction of a search's cost, and most results hold no
+#: such part at all).
 _VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
     (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>", ("-",)),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
@@ -54,9 +55,9 @@ _VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
      ("/tmp/", "/var/folders/", "/dev/shm/")),
     (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("0x",)),
     # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
-    (re.compile(r"\b[0-9a-fA-F]{8,}\b"), _ids_only, ("",)),
+    (re.compile(r"\b[0-9a-fA-F]{8,}\b"), _ids_only, ()),
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
-    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ("",)),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ()),
 )
 
 _BLANK_TEXT = re.compile(
@@ -97,7 +98,7 @@ def normalise_result(text: str) -> str:
     if _DIGIT.search(text) is None and "/tmp" not in text:
         return text
     for pattern, placeholder, needed in _VOLATILE:
-        if any(part in text for part in needed):
+        if not needed or any(part in text for part in needed):
             text = pattern.sub(placeholder, text)
     return text
 
