@@ -14,6 +14,7 @@ import hashlib
 import sys
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 #: Default of ``limits.max_string_bytes``.
@@ -125,11 +126,45 @@ def clear_caches() -> int:
     return freed
 
 
-class InternTable:
+class Memo(dict[Any, Any]):
+    """Computed values by key, bounded in entries and in bytes.
+
+    It starts over when either bound is reached: cheaper than keeping an eviction order, and the
+    working set of a looping agent refills it at once. Registered, so the memory guard counts it and
+    can empty it.
+
+    Args:
+        max_entries: entries kept before starting over.
+        max_bytes: estimated bytes kept before starting over.
+    """
+
+    __slots__ = ("__weakref__", "max_bytes", "max_entries", "nbytes")
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        register(self)
+
+    def put(self, key: Any, value: Any, nbytes: int) -> Any:
+        """Keep ``value`` under ``key``, an entry of about ``nbytes`` bytes; returns ``value``."""
+        if len(self) >= self.max_entries or self.nbytes + nbytes > self.max_bytes:
+            self.clear()
+        self[key] = value
+        self.nbytes += nbytes
+        return value
+
+    def clear(self) -> None:
+        super().clear()
+        self.nbytes = 0
+
+
+class InternTable(Memo):
     """One shared object per distinct value, bounded in entries and in bytes.
 
     Detectors keep small tuples of names per step; sessions repeat the same few, so sharing them saves
-    far more than the table costs. The table starts over when either bound is reached.
+    far more than the table costs.
 
     Args:
         max_entries: entries kept before starting over.
@@ -137,33 +172,15 @@ class InternTable:
         size: estimated bytes of one value (its strings and container).
     """
 
-    __slots__ = ("_table", "max_entries", "max_bytes", "nbytes", "_size", "__weakref__")
+    __slots__ = ("_size",)
 
-    def __init__(self, max_entries: int, max_bytes: int, size: Any) -> None:
-        self._table: dict[Any, Any] = {}
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.nbytes = 0
+    def __init__(self, max_entries: int, max_bytes: int, size: Callable[[Any], int]) -> None:
+        super().__init__(max_entries, max_bytes)
         self._size = size
-        register(self)
-
-    def __len__(self) -> int:
-        return len(self._table)
 
     def __call__(self, value: Any) -> Any:
-        found = self._table.get(value)
-        if found is not None:
-            return found
-        size = self._size(value)
-        if len(self._table) >= self.max_entries or self.nbytes + size > self.max_bytes:
-            self.clear()
-        self._table[value] = value
-        self.nbytes += size
-        return value
-
-    def clear(self) -> None:
-        self._table.clear()
-        self.nbytes = 0
+        found = self.get(value)
+        return self.put(value, value, self._size(value)) if found is None else found
 
 
 #: Objects :func:`deep_size` does not count or enter: code and classes are shared by every session.

@@ -25,6 +25,7 @@ session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as n
 from __future__ import annotations
 
 import functools
+import sys
 from array import array
 from typing import TypeAlias
 
@@ -40,6 +41,8 @@ MAX_CALLS = 16
 _RUN_BITS = 8
 _RUN_MASK = (1 << _RUN_BITS) - 1
 _MASK64 = (1 << 64) - 1
+#: Bytes of one element of a state array.
+_WIDTH = array("Q").itemsize
 
 
 #: A session's progress state: one flat array of unsigned 64-bit integers, so that it costs one small
@@ -131,11 +134,8 @@ def _stable(*parts: object) -> int:
 def _remember_result(state: array[int], key: int) -> bool:
     """Record a result key; True when it was not seen before."""
     n = state[_SEEN]
-    try:
-        state.index(key, _HEADER, _HEADER + n)
+    if _find(state, key, _HEADER, _HEADER + n, 1) >= 0:
         return False
-    except ValueError:
-        pass
     state.insert(_HEADER + n, key)
     if n + 1 > MAX_RESULTS:
         del state[_HEADER]
@@ -149,7 +149,7 @@ def _remember_call(state: array[int], call: int, key: int) -> int:
     start = _HEADER + state[_SEEN]
     packed_key = key & ~_RUN_MASK
     run = 1
-    i = _find_call(state, call, start)
+    i = _find(state, call, start, len(state), 2)
     if i >= 0:
         last = state[i + 1]
         if key and last & ~_RUN_MASK == packed_key:
@@ -162,13 +162,16 @@ def _remember_call(state: array[int], call: int, key: int) -> int:
     return run
 
 
-def _find_call(state: array[int], call: int, start: int) -> int:
-    """Index of ``call`` among the call keys (even offsets from ``start``) of ``state``, or -1."""
-    while True:
-        try:
-            i = state.index(call, start)
-        except ValueError:
-            return -1
-        if not (i - start) & 1:
-            return i
-        start = i + 1
+def _find(state: array[int], value: int, begin: int, end: int, stride: int) -> int:
+    """Index of ``value`` among ``state[begin:end:stride]``, or -1.
+
+    A byte search over the array's memory: ``array.index`` makes an int object of every element it
+    passes, which made the lookups the larger part of judging a step.
+    """
+    raw = state.tobytes()
+    needle = value.to_bytes(_WIDTH, sys.byteorder)
+    lo, hi, step = begin * _WIDTH, end * _WIDTH, stride * _WIDTH
+    pos = raw.find(needle, lo, hi)
+    while pos >= 0 and (pos - lo) % step:  # a match across two elements, or at a result's place
+        pos = raw.find(needle, pos + 1, hi)
+    return -1 if pos < 0 else pos // _WIDTH

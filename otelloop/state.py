@@ -136,8 +136,16 @@ class Session:
             else:
                 if self.votes is None:
                     self.votes = {}
-                vote = (vote[0], redact(vote[1], REASON_CHARS), redact(vote[2], VERDICT_MESSAGE_CHARS))
-                self.votes[detector] = vote
+                old = self.votes.get(detector)
+                if old != vote:
+                    # A text equal to the one kept is already in its redacted form (redaction is
+                    # idempotent): a loop repeats its reason on every step while its message counts up.
+                    reason, message = vote[1], vote[2]
+                    if old is None or old[1] != reason:
+                        reason = redact(reason, REASON_CHARS)
+                    if old is None or old[2] != message:
+                        message = redact(message, VERDICT_MESSAGE_CHARS)
+                    vote = self.votes[detector] = (vote[0], reason, message)
                 if vote[0] == "stop" and self.stop_hold is None:
                     self.stop_hold = (vote[1], vote[2])
         self.recompute()

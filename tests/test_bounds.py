@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from spans import request, span, tool_span
 
 from otelloop import bounds, resources
-from otelloop.bounds import MAX_SIGNAL_BYTES, MAX_TEXT_BYTES, InternTable, clear_caches, cut, deep_size
+from otelloop.bounds import MAX_SIGNAL_BYTES, MAX_TEXT_BYTES, InternTable, Memo, clear_caches, cut, deep_size
 from otelloop.config import build_config
-from otelloop.mapping.canonical import Memo
+from otelloop.mapping.canonical import TextMemo
 from otelloop.pipeline import Pipeline
 from otelloop.resources import Accounting, MemoryGuard
 from otelloop.similarity import CACHE_BYTES, PAIR_CACHE_BYTES, LexicalSimilarity
@@ -183,8 +183,22 @@ def test_an_intern_table_keeps_to_its_byte_budget() -> None:
     assert table(same) is table(same)
 
 
-def test_a_memo_keeps_to_its_byte_budget() -> None:
-    memo = Memo(1 << 20, max_bytes=1 << 20)
+def test_a_memo_starts_over_at_either_bound() -> None:
+    memo = Memo(4, 1000)
+    for i in range(4):
+        assert memo.put(i, f"v{i}", 100) == f"v{i}"
+    assert len(memo) == 4 and memo.nbytes == 400
+    memo.put(4, "v4", 100)  # a fifth entry: over the entry bound
+    assert dict(memo) == {4: "v4"} and memo.nbytes == 100
+    memo.put(5, "v5", 950)  # over the byte bound
+    assert dict(memo) == {5: "v5"} and memo.nbytes == 950
+    assert memo in bounds._live()
+    bounds.clear_caches()
+    assert len(memo) == 0 and memo.nbytes == 0
+
+
+def test_a_text_memo_keeps_to_its_byte_budget() -> None:
+    memo = TextMemo(1 << 20, max_bytes=1 << 20)
     for i in range(2000):
         raw = str(i) * 2000
         memo.remember(raw, i, len(raw), sys.getsizeof(raw))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otelloop import progress
 from otelloop.mapping.canonical import hash_text
@@ -104,3 +108,30 @@ def test_state_stays_bounded() -> None:
     assert progress.results_kept(state) == MAX_RESULTS
     assert progress.calls_kept(state) == progress.MAX_CALLS
     assert len(state) == 3 + MAX_RESULTS + 2 * progress.MAX_CALLS
+
+
+def test_a_call_key_equal_to_a_remembered_result_is_not_taken_for_that_call() -> None:
+    """Calls and their last results share one array; a call whose key happens to equal a result
+    entry is found at its own place, not at the result's."""
+    state = progress.new_state()
+    first, result = 5 << 8, 7 << 8
+    assert progress._remember_call(state, first, result) == 1
+    lookalike = result | 1  # the packed entry of ``first``'s result: its key and a run of 1
+    assert progress._remember_call(state, lookalike, 9 << 8) == 1
+    assert progress.calls_kept(state) == 2
+    assert progress._remember_call(state, lookalike, 9 << 8) == 2
+    assert progress._remember_call(state, first, result) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 2, 0x0100, 0x01_00000000_00000000 >> 8, (1 << 64) - 1, 1 << 63]),
+                max_size=24),
+       st.sampled_from([0, 1, 2, 0x0100, (1 << 64) - 1, 1 << 63]), st.integers(0, 24), st.sampled_from([1, 2]))
+def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[int], value: int, begin: int,
+                                                                 stride: int) -> None:
+    """Values whose bytes straddle two elements, or sit at an odd place when only even places count,
+    are not matches."""
+    state = array("Q", values)
+    begin = min(begin, len(values))
+    expected = next((i for i in range(begin, len(values), stride) if values[i] == value), -1)
+    assert progress._find(state, value, begin, len(values), stride) == expected

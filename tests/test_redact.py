@@ -103,3 +103,12 @@ def test_every_rule_is_reached_through_the_shortcut(text: str) -> None:
     through to them."""
     assert redact_module._apply_rules(text) != text
     assert redact_module._might_match_a_rule(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_RULE_TOKENS, max_size=60).map("".join), st.sampled_from([10, 40, 300]))
+def test_redacting_a_redacted_text_changes_nothing(text: str, limit: int) -> None:
+    """A session keeps a vote as it was redacted and skips redacting the same vote again on the next
+    step; that is right only because redaction is idempotent."""
+    once = redact(text, limit)
+    assert redact(once, limit) == once

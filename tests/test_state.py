@@ -114,3 +114,16 @@ def test_a_session_holds_a_vote_table_only_while_a_vote_is_held() -> None:
     assert session.votes == {"drift": ("nudge", "drift read_loop", "stop re-reading")} and session.verdict == "nudge"
     session.apply_votes({"drift": ("continue", "", "")})
     assert session.votes is None and session.verdict == "continue"
+
+
+def test_a_repeated_vote_is_kept_redacted() -> None:
+    """A loop votes the same on every step; the session redacts each new vote text once and keeps the
+    redacted one, with a secret masked however often it comes back."""
+    session = Session("s", 0.0)
+    secret = ("nudge", "run_shell failing", "stop running curl -H 'Authorization: Bearer abcdef123456'")
+    for _ in range(3):
+        session.apply_votes({"drift": secret})
+        assert session.votes == {"drift": ("nudge", "run_shell failing",
+                                           "stop running curl -H 'Authorization: Bearer ***'")}
+    session.apply_votes({"drift": ("nudge", "run_shell failing", "stop")})
+    assert session.votes == {"drift": ("nudge", "run_shell failing", "stop")} and session.message == "stop"

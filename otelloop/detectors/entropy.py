@@ -110,10 +110,8 @@ class EntropyDetector(Detector):
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
-        entry: Entry = (step.intent, step.name, step.outcome)
-        if cfg.progress_aware:
-            entry = (*entry, _result(step))
-        entry = _interned(entry)
+        entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
+                                 else (step.intent, step.name, step.outcome))
         state.window = (*state.window, entry)[-cfg.window:]
         value = score(state.window)
         severity = self.classify(value)

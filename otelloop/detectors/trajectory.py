@@ -17,6 +17,7 @@ level.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from otelloop.bounds import InternTable
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
+from otelloop.detectors.windows import Slide, Windows
 from otelloop.mapping.results import BLANK, FAILED
 from otelloop.model import AttrValue, Finding, Step
 from otelloop.similarity import (
@@ -151,7 +153,6 @@ class _Entry(NamedTuple):
 #: One shared object per distinct entry: looping sessions repeat the same few, across sessions too.
 _interned = InternTable(16384, 8 << 20, lambda e: 200 + sum(sys.getsizeof(s) for s in e if type(s) is str))
 
-
 class _Signal(NamedTuple):
     """A loop type that fired on this step, with what its nudge sentence quotes."""
 
@@ -195,6 +196,9 @@ class TrajectoryDetector(Detector):
         super().__init__(config)
         self.config: TrajectoryConfig = config  # type: ignore[assignment]
         self._backend: Similarity | None = get_backend(self.config.similarity)
+        #: loop type -> its weight, for the types whose weight is not 0 (the others never fire)
+        self._weights = {kind: w for kind, w in self.config.weights.model_dump().items() if w > 0}
+        self._windows = Windows(self.config.history)
 
     def new_state(self) -> TrajectoryState:
         return TrajectoryState()
@@ -207,14 +211,21 @@ class TrajectoryDetector(Detector):
             state.history = state.history[-cfg.history:]
         entry = _interned(self._entry(step))
         _note_agent(state, entry.agent)
-        signals = self._detect(state, entry, step)
-        state.history = (*state.history, entry)[-cfg.history:]
+        if cfg.progress_aware and entry.novel:  # something new came back: whatever repeats here is work
+            state.phantom_run = 0
+            signals: dict[str, _Signal] = {}
+            state.history = (*state.history, entry)[-cfg.history:]
+        else:
+            # Ping-pong compares agents once the session has seen two: the move's facts depend on it.
+            move = self._windows.slide(state.history, entry, state.multi_agent)
+            signals = self._detect(state, move, step)
+            state.history = move.after
         previous = state.level
-        state.score = _next_score(state.score, signals, cfg)
+        state.score = _next_score(state.score, signals, self._weights, cfg)
         state.level = _level(state.score, cfg)
         if signals:
             state.types = tuple(signals)
-            state.message = _nudge_message(state.level, signals)
+            state.message = _nudge_message(state.level, tuple(signals.items()))
         ctx.set_attribute("otelloop.loop_score", state.score)
         ctx.set_attribute("otelloop.intervention", state.level)
         if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
@@ -235,24 +246,29 @@ class TrajectoryDetector(Detector):
                       step.novel if self.config.progress_aware else None,
                       step.novel is False and (step.outcome == "error" or bool(step.result_flags & (BLANK | FAILED))))
 
-    def _detect(self, state: TrajectoryState, entry: _Entry, step: Step) -> dict[str, _Signal]:
-        """The loop types that fire on ``entry`` given the earlier steps, in report order."""
-        history = state.history
+    def _detect(self, state: TrajectoryState, move: Slide, step: Step) -> dict[str, _Signal]:
+        """The loop types that fire on the move's entry given the earlier steps, in report order (for a
+        step that did not bring something new).
+
+        Semantic repeat and ping-pong depend on the entries alone: computed once per distinct move
+        (:mod:`otelloop.detectors.windows`).
+        """
+        entry, history = move.entry, move.before
         aware = self.config.progress_aware
-        if aware and entry.novel:  # something new came back: whatever repeats here is work, not a loop
-            state.phantom_run = 0
-            return {}
         state.phantom_run = state.phantom_run + 1 if _phantom(history, entry) else 0
+        if move.facts is None:
+            move.facts = (self._semantic_repeat(history, entry),
+                          _ping_pong([*history, entry], state.multi_agent, aware))
+        semantic, ping_pong = move.facts
         found = {
             "stutter": (_same_result(step, self.config.min_repeats) if aware and entry.novel is False
                         else _stutter(history, entry, self.config.min_repeats, aware)),
-            "semantic_repeat": self._semantic_repeat(history, entry),
+            "semantic_repeat": semantic,
             "phantom_progress": (_no_progress(step) if aware else _phantom_signal(state.phantom_run)),
-            "ping_pong": _ping_pong([*history, entry], state.multi_agent, aware),
+            "ping_pong": ping_pong,
         }
-        weights = self.config.weights
-        return {kind: signal for kind, signal in found.items()
-                if signal is not None and getattr(weights, kind) > 0}
+        weights = self._weights
+        return {kind: signal for kind, signal in found.items() if signal is not None and kind in weights}
 
     def _semantic_repeat(self, history: tuple[_Entry, ...], entry: _Entry) -> _Signal | None:
         """Type II: similar to >= ``min_repeats`` earlier descriptors; confidence is their mean similarity.
@@ -289,8 +305,13 @@ class TrajectoryDetector(Detector):
         if state.level == "observe":
             ctx.vote(self.name, "continue")
             return
-        reason = f"trajectory loop score {state.score:g} ({', '.join(state.types) or 'earlier loop'})"
-        ctx.vote(self.name, _VOTE[state.level], reason, state.message)  # type: ignore[arg-type]
+        ctx.vote(self.name, _VOTE[state.level], _reason(state.score, state.types), state.message)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=256)
+def _reason(score: float, types: tuple[str, ...]) -> str:
+    """The vote's reason; memoised, since a loop holds the same score and types step after step."""
+    return f"trajectory loop score {score:g} ({', '.join(types) or 'earlier loop'})"
 
 
 def _note_agent(state: TrajectoryState, agent: str) -> None:
@@ -406,11 +427,11 @@ def _states_all_differ(entries: list[_Entry]) -> bool:
     return len(states) >= 2 and len(set(states)) == len(states)
 
 
-def _next_score(score: float, signals: dict[str, _Signal], cfg: TrajectoryConfig) -> float:
+def _next_score(score: float, signals: dict[str, _Signal], weights: dict[str, float],
+                cfg: TrajectoryConfig) -> float:
     if not signals:
         return round(score * cfg.decay, SCORE_DECIMALS)
-    weights = cfg.weights
-    added: float = sum(getattr(weights, kind) * signal.confidence for kind, signal in signals.items())
+    added: float = sum([weights[kind] * signal.confidence for kind, signal in signals.items()])
     return round(min(score + added, cfg.max_score), SCORE_DECIMALS)
 
 
@@ -441,11 +462,15 @@ def _sentence(kind: str, signal: _Signal) -> str:
     return f"You are cycling through {subject} without progress; break the cycle."
 
 
-def _nudge_message(level: Level, signals: dict[str, _Signal]) -> str:
-    """A short instruction for the agent, naming what it repeats; usable verbatim as a prompt."""
+@functools.lru_cache(maxsize=1024)
+def _nudge_message(level: Level, signals: tuple[tuple[str, _Signal], ...]) -> str:
+    """A short instruction for the agent, naming what it repeats; usable verbatim as a prompt.
+
+    Memoised: a loop repeats the same signals step after step (the messages are bounded).
+    """
     head = "Stop and report what is blocking you." if level == "stop" else \
         "Change your approach: try a different tool or different arguments, or ask for help."
-    text = " ".join([_sentence(kind, signal) for kind, signal in signals.items()] + [head])
+    text = " ".join([_sentence(kind, signal) for kind, signal in signals] + [head])
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
 
 

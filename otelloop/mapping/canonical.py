@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any
 
-from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, register, truncate
+from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
@@ -155,10 +155,10 @@ class Canonicalizer:
     def __init__(self, max_text_bytes: int = 65536, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES) -> None:
         self.max_text_bytes = max_text_bytes
         self.max_string_bytes = max_string_bytes
-        self._args = Memo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
-        self._outputs = Memo(max_text_bytes)  # raw tool result → (hash, empty, flags)
-        self._plain_outputs = Memo(max_text_bytes)  # raw output of another step → (hash, empty, 0)
-        self._errors = Memo(max_text_bytes)  # error text → (hash, flags)
+        self._args = TextMemo(max_text_bytes)  # raw → (hash, short canonical text, parsed object or None)
+        self._outputs = TextMemo(max_text_bytes)  # raw tool result → (hash, empty, flags)
+        self._plain_outputs = TextMemo(max_text_bytes)  # raw output of another step → (hash, empty, 0)
+        self._errors = TextMemo(max_text_bytes)  # error text → (hash, flags)
 
     def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
         """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
@@ -241,38 +241,25 @@ class Canonicalizer:
 _UNPARSED = object()
 
 
-class Memo(dict[Any, Any]):
+class TextMemo(Memo):
     """A memo keyed by raw agent text, bounded in entries and in bytes (:data:`MEMO_BYTES`).
 
     A bound in entries alone is no bound in bytes when keys are agent payloads, and a huge payload kept
     as a key would stay alive long after its request; so keys longer than ``max_key`` characters are not
-    kept at all (such values are rare and are only hashed anyway), and the memo starts over when either
-    bound is reached (cheap, and the working set of a looping agent refills it at once). It is
-    registered with :mod:`otelloop.bounds`, so the memory guard counts and can empty it.
+    kept at all (such values are rare and are only hashed anyway).
     """
 
-    __slots__ = ("nbytes", "max_key", "max_bytes", "__weakref__")
+    __slots__ = ("max_key",)
 
     def __init__(self, max_key: int, max_bytes: int = MEMO_BYTES) -> None:
-        super().__init__()
-        self.nbytes = 0
+        super().__init__(_CACHE_LIMIT, max_bytes)
         self.max_key = max_key
-        self.max_bytes = max_bytes
-        register(self)
 
     def remember(self, key: Any, value: Any, length: int, nbytes: int) -> None:
         """Keep ``value`` under ``key``, whose raw text is ``length`` characters long; the entry costs
         about ``nbytes`` bytes (key and value)."""
-        if length > self.max_key:
-            return
-        if len(self) >= _CACHE_LIMIT or self.nbytes + nbytes > self.max_bytes:
-            self.clear()
-        self[key] = value
-        self.nbytes += nbytes
-
-    def clear(self) -> None:
-        super().clear()
-        self.nbytes = 0
+        if length <= self.max_key:
+            self.put(key, value, nbytes)
 
 
 _VOLATILE_ERROR = [

@@ -18,7 +18,7 @@ from typing import Any
 
 from otelloop.bounds import MAX_SIGNAL_BYTES, cut
 from otelloop.config import Config, MappingRule
-from otelloop.mapping.canonical import Canonicalizer, Memo, error_signature, hash_text
+from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.tools import ToolClassifier
@@ -229,9 +229,9 @@ class Mapper:
         self._short = self.max_string_bytes >> 2
         self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
-        self._tool_cache = Memo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
+        self._tool_cache = TextMemo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
         #: raw name (tool, agent, service, model, intent, node) → its bounded, shared form
-        self._names = Memo(4 * self.max_string_bytes)
+        self._names = TextMemo(4 * self.max_string_bytes)
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
         """What the reader can map itself (None with mapping rules configured: rules need the mapper).
