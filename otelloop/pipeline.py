@@ -299,7 +299,7 @@ class Pipeline:
                     yield
             if session.verdict != before:
                 store.verdict_changed(session, before)
-        yield from usage.flush()
+        usage.flush()
         if self.finding_sinks:
             for n, (step, finding) in enumerate(findings, 1):
                 for sink in self.finding_sinks:
@@ -491,7 +491,8 @@ class _Usage:
         #: (kind, service, model) -> [steps, input tokens, output tokens, cost], filled by :func:`_account`
         self.by_key: dict[tuple[str, str, str], list[float]] = {}
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
-        self.entropy: list[float] = []
+        #: entropy score -> steps of the request that got it (scores take few distinct values)
+        self.entropy: dict[float, int] = {}
 
     def add_findings(self, step: Step, ctx: StepContext) -> None:
         if ctx.findings:
@@ -499,9 +500,10 @@ class _Usage:
                 self.findings[(f.detector, f.finding, f.severity, step.service)] += 1
         score = ctx.attributes.get("otelloop.entropy_score")
         if score is not None:
-            self.entropy.append(score)  # type: ignore[arg-type]
+            entropy = self.entropy
+            entropy[score] = entropy.get(score, 0) + 1  # type: ignore[index,arg-type]
 
-    def flush(self) -> Generator[None, None, None]:
+    def flush(self) -> None:
         m = self.metrics
         svc, model = m.service_label, m.model_label
         now = self.clock()
@@ -518,10 +520,8 @@ class _Usage:
                     m.cost_counter(service_l, model_l, now).inc(usd)
         for (detector, finding, severity, service), n in self.findings.items():
             m.finding_counter(detector, finding, severity, svc(service, now), now).inc(n)
-        for n, score in enumerate(self.entropy, 1):
-            m.entropy_score.observe(score)
-            if n % 1024 == 0:
-                yield
+        if self.entropy:
+            m.entropy_score.observe_counts(self.entropy)
 
 
 def map_request(data: bytes, config: Config | None = None) -> list[Step]:

@@ -3,9 +3,6 @@
 The same table generates the metrics reference (``docs/metrics.md``, by ``scripts/gen_metrics_docs.py``)
 and drives the metrics tests, so the three cannot disagree.
 
-Labels are bounded: no trace, session or span ids ever; service and model values are capped
-(:data:`LABEL_VALUE_CAP` distinct values each, the rest reported as ``other``).
-
 Labels are bounded: no trace, session or span ids ever. The families labelled by service or model
 (steps, findings, tokens, cost) are bounded twice (see docs/metrics.md, "Bounded series"): each of those
 labels keeps at most ``metrics.max_label_values`` distinct values, the rest reported as ``other``, and
@@ -17,14 +14,18 @@ comes back its counters start again from zero, which ``rate()`` and ``increase()
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import math
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from otelloop import __version__
 
@@ -187,6 +188,8 @@ class MetricSpec(NamedTuple):
         attribute: the :class:`Metrics` attribute holding it; None for the session gauges, which are
             computed when scraped (:meth:`Metrics.observe_state`).
         buckets: histogram bucket bounds.
+        tally: an unlabelled histogram observed on every step, fed a request's tally at once
+            (:class:`TallyHistogram`).
     """
 
     name: str
@@ -196,6 +199,7 @@ class MetricSpec(NamedTuple):
     detail: str = ""
     attribute: str | None = None
     buckets: tuple[float, ...] = ()
+    tally: bool = False
 
     @property
     def exposed(self) -> str:
@@ -263,7 +267,8 @@ METRICS: tuple[MetricSpec, ...] = (
                "by the memory guard (`limits.memory_mib`).",
                attribute="sessions_evicted"),
     MetricSpec("otelloop_entropy_score", "histogram", (),
-               "Entropy scores computed per step.", attribute="entropy_score", buckets=_SCORE_BUCKETS),
+               "Entropy scores computed per step.", attribute="entropy_score", buckets=_SCORE_BUCKETS,
+               tally=True),
     MetricSpec("otelloop_tokens", "counter", ("direction", "service", "model"),
                "Tokens used by agents, by direction, service and model.",
                "Tokens reported by agent spans; `direction` is `input` or `output`.", attribute="tokens"),
@@ -302,7 +307,58 @@ SPECS: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 
 
 
-def _build(spec: MetricSpec, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
+class TallyHistogram:
+    """An unlabelled histogram fed a request at a time: ``observe_counts({value: count, …})``.
+
+    Why not ``prometheus_client.Histogram``: it takes a lock and walks its buckets on every observation,
+    and a score observed on every step made that a measurable part of a step's cost. Scores take few
+    distinct values, so a request's are tallied (value → count) and added under one lock. A scrape
+    shows the same series as ``Histogram`` would (``_bucket`` with ``le``, ``_count``, ``_sum``). NaN
+    values are not counted.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...],
+                 registry: CollectorRegistry) -> None:
+        bounds = sorted(float(b) for b in buckets)
+        if not bounds or bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self.name, self.documentation = name, documentation
+        self._bounds = bounds
+        self._counts = [0] * len(bounds)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.observe_counts({value: 1})
+
+    def observe_counts(self, tally: Mapping[float, int]) -> None:
+        """Add ``count`` observations of each ``value``."""
+        bounds = self._bounds
+        placed = [(bisect.bisect_left(bounds, v), n, v * n) for v, n in tally.items() if v == v]
+        with self._lock:
+            for i, n, total in placed:
+                self._counts[i] += n
+                self._sum += total
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        buckets, seen = [], 0
+        for bound, n in zip(self._bounds, counts, strict=True):
+            seen += n
+            buckets.append((floatToGoString(bound), seen))  # type: ignore[no-untyped-call]
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+
+def _build(spec: MetricSpec, registry: CollectorRegistry) -> Counter | Gauge | Histogram | TallyHistogram:
+    if spec.type == "histogram" and spec.tally:
+        if spec.labels:
+            raise ValueError(f"{spec.name}: a tallied histogram has no labels")
+        return TallyHistogram(spec.name, spec.help, spec.buckets, registry)
     if spec.type == "histogram":
         return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
     kind = Counter if spec.type == "counter" else Gauge
@@ -329,7 +385,7 @@ class Metrics:
     steps: Counter
     findings: Counter
     sessions_evicted: Counter
-    entropy_score: Histogram
+    entropy_score: TallyHistogram
     tokens: Counter
     cost: Counter
     detector_errors: Counter

@@ -109,3 +109,33 @@ def test_each_metric_attribute_has_its_declared_type(spec) -> None:  # type: ign
     m = Metrics()
     declared = Metrics.__annotations__[spec.attribute]
     assert type(getattr(m, spec.attribute)).__name__ == declared.strip("'\"")
+
+
+def test_a_tallied_histogram_exposes_what_a_histogram_of_the_same_observations_does() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from otelloop.telemetry import TallyHistogram
+
+    buckets = (0.1, 0.25, 0.5, 1.0)
+    values = [0.0, 0.1, 0.1000001, 0.25, 0.3, 0.5, 0.5, 0.75, 1.0, 1.5, -2.0, 0.3]
+    plain_registry, tally_registry = CollectorRegistry(), CollectorRegistry()
+    plain = Histogram("h", "help", buckets=buckets, registry=plain_registry)
+    tally = TallyHistogram("h", "help", buckets, tally_registry)
+    for v in values:
+        plain.observe(v)
+    tallied: dict[float, int] = {}
+    for v in values[:6]:
+        tallied[v] = tallied.get(v, 0) + 1
+    tally.observe_counts(tallied)
+    tally.observe_counts({float("nan"): 3})  # not counted
+    for v in values[6:]:
+        tally.observe(v)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [(s.name, s.labels, round(s.value, 9)) for f in registry.collect() for s in f.samples
+                if not s.name.endswith("_created")]
+
+    assert samples(tally_registry) == samples(plain_registry)
+    assert generate_latest(tally_registry) == generate_latest(plain_registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        TallyHistogram("h", "again", buckets, tally_registry)

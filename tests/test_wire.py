@@ -52,3 +52,30 @@ def test_unsupported_value_type_is_an_error() -> None:
 def test_memoised_encodings_keep_the_value_type() -> None:
     decoded = [attrs_of(Span.FromString(wire.encode_span_attributes({"k": v}))) for v in (True, 1, 1.0)]
     assert [type(d["k"]) for d in decoded] == [bool, int, float]
+
+
+def test_memoised_attribute_sets_keep_every_value_type() -> None:
+    sets = [{"a": "x", "k": v} for v in (True, 1, 1.0, False, 0, 0.0)] * 2
+    decoded = [attrs_of(Span.FromString(wire.encode_span_attributes(s))) for s in sets]
+    assert [type(d["k"]) for d in decoded] == [bool, int, float] * 4
+    assert decoded == sets
+
+
+def test_attribute_sets_with_arrays_or_long_values_are_encoded_each_time() -> None:
+    long = {"k": "v" * 2000, "n": 1.5}
+    arrays = {"k": ["a", "b"], "n": 2}
+    for _ in range(2):
+        assert attrs_of(Span.FromString(wire.encode_span_attributes(long))) == long
+        assert attrs_of(Span.FromString(wire.encode_span_attributes(arrays))) == {"k": ["a", "b"], "n": 2}
+    assert all(len(v) <= wire._SET_CACHE_BYTES for v in wire._SET_CACHE.values())
+    assert not any("v" * 2000 in key[1] for key in wire._SET_CACHE)
+
+
+def test_the_attribute_set_cache_is_bounded_in_sets_attributes_and_bytes() -> None:
+    many = {f"k{j}": j for j in range(wire._SET_CACHE_ITEMS + 1)}
+    assert attrs_of(Span.FromString(wire.encode_span_attributes(many))) == many
+    for i in range(wire._SET_CACHE_ENTRIES + 10):
+        attrs = {"otelloop.verdict": "continue", "otelloop.loop_score": i / 7}
+        assert attrs_of(Span.FromString(wire.encode_span_attributes(attrs))) == attrs
+    assert 0 < len(wire._SET_CACHE) <= wire._SET_CACHE_ENTRIES
+    assert all(len(key[0]) <= wire._SET_CACHE_ITEMS for key in wire._SET_CACHE)

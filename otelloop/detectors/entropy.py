@@ -77,7 +77,17 @@ def score(window: tuple[Entry, ...]) -> float:
     """Distinct entries / entries present, rounded to 4 decimals (1.0 for an empty window)."""
     if not window:
         return 1.0
-    return round(len(set(window)) / len(window), 4)
+    key = (len(set(window)), len(window))
+    value = _ratios.get(key)
+    if value is None:  # ``round`` to 4 places costs more than the rest of the score: done once per ratio
+        if len(_ratios) >= 4096:
+            _ratios.clear()
+        value = _ratios[key] = round(key[0] / key[1], 4)
+    return value
+
+
+#: (distinct, present) → score: a window of ``n`` entries has at most ``n`` scores.
+_ratios: dict[tuple[int, int], float] = {}
 
 
 def most_frequent(window: tuple[Entry, ...]) -> tuple[Entry, int]:

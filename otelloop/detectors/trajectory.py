@@ -430,7 +430,7 @@ def _states_all_differ(entries: list[_Entry]) -> bool:
 def _next_score(score: float, signals: dict[str, _Signal], weights: dict[str, float],
                 cfg: TrajectoryConfig) -> float:
     if not signals:
-        return round(score * cfg.decay, SCORE_DECIMALS)
+        return round(score * cfg.decay, SCORE_DECIMALS) if score else 0.0
     added: float = sum([weights[kind] * signal.confidence for kind, signal in signals.items()])
     return round(min(score + added, cfg.max_score), SCORE_DECIMALS)
 

@@ -112,12 +112,40 @@ def _span_attribute(key: str, value: AttrValue) -> bytes:
     return encoded
 
 
+#: Encoded attribute sets, by their keys, values and the values' types (see encode_span_attributes).
+_SET_CACHE: dict[tuple[tuple[str, ...], tuple[Any, ...], tuple[type, ...]], bytes] = {}
+#: Sets of more attributes, or encoding to more bytes, than these are not kept: the cache holds at most
+#: _SET_CACHE_ENTRIES small sets (about 2.5 KiB each at worst, counting their keys and values).
+_SET_CACHE_ITEMS = 8
+_SET_CACHE_BYTES = 512
+_SET_CACHE_ENTRIES = 1024
+
+
 def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
-    """Span.attributes entries, ready to append to a serialised span."""
+    """Span.attributes entries, ready to append to a serialised span.
+
+    Whole sets are memoised: the detectors give every step the same few keys (verdict, scores, level)
+    with few distinct values, so most spans of a busy service carry a set already encoded. The values'
+    types are part of the key (``1 == 1.0 == True`` in Python, not on the wire); a set with an array
+    value is unhashable and simply encoded.
+    """
+    values = tuple(attributes.values())
+    key = (tuple(attributes), values, tuple(map(type, values)))
+    try:
+        hit = _SET_CACHE.get(key)
+    except TypeError:
+        return b"".join([_span_attribute(k, v) for k, v in attributes.items()])
+    if hit is not None:
+        return hit
     if len(attributes) == 1:
-        for key, value in attributes.items():
-            return _span_attribute(key, value)
-    return b"".join([_span_attribute(k, v) for k, v in attributes.items()])
+        encoded = _span_attribute(*next(iter(attributes.items())))
+    else:
+        encoded = b"".join([_span_attribute(k, v) for k, v in attributes.items()])
+    if len(encoded) <= _SET_CACHE_BYTES and len(attributes) <= _SET_CACHE_ITEMS:
+        if len(_SET_CACHE) >= _SET_CACHE_ENTRIES:
+            _SET_CACHE.clear()
+        _SET_CACHE[key] = encoded
+    return encoded
 
 
 def encode_span_event(name: str, time_unix_nano: int, attributes: dict[str, AttrValue]) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otelloop.config import ConfigError, build_config
 from otelloop.detectors.base import StepContext
@@ -197,3 +199,24 @@ def test_config_defaults_match_spec() -> None:
     cfg = EntropyConfig()
     assert (cfg.enabled, cfg.window, cfg.loop_threshold, cfg.warning_threshold) == (True, 5, 0.25, 0.50)
     assert cfg.authoritative_attribute == "cognition.entropy_score"
+
+
+@given(st.lists(st.lists(st.sampled_from("abcdefg"), min_size=0, max_size=40), max_size=50))
+@settings(max_examples=200, deadline=None)
+def test_the_score_is_distinct_entries_over_entries_present_to_four_places(windows: list[list[str]]) -> None:
+    from otelloop.detectors import entropy
+
+    for letters in windows:
+        window = tuple((x, x, "ok", 0) for x in letters)
+        expected = round(len(set(letters)) / len(letters), 4) if letters else 1.0
+        assert entropy.score(window) == expected
+        assert type(entropy.score(window)) is float
+
+
+def test_the_score_memo_is_bounded() -> None:
+    from otelloop.detectors import entropy
+
+    for n in range(1, 120):
+        for d in range(1, n + 1):
+            assert entropy.score(tuple((str(i % d),) for i in range(n))) == round(d / n, 4)
+    assert len(entropy._ratios) <= 4096
