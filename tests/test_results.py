@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otelloop.mapping.canonical import Canonicalizer
+from otelloop.mapping import results
 from otelloop.mapping.results import ACK, BLANK, FAILED, normalise_result, result_flags
 
 
@@ -90,3 +95,96 @@ def test_an_error_keeps_its_counts() -> None:
     fewer = canon.error("AssertionError|3 failed in 0.04s")[0] != canon.error("AssertionError|2 failed in 0.04s")[0]
     assert same and fewer
     assert canon.error("boom")[1] & FAILED
+
+
+#: The volatile-part patterns as plainly written, each beginning with ``\b``: the reference the
+#: faster forms in ``results._VOLATILE`` must agree with.
+_PLAIN_VOLATILE = (
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b",
+    r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
+    r"(?:/private)?/(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*",
+    r"\b0x[0-9a-fA-F]{4,}\b",
+    r"\b[0-9a-fA-F]{8,}\b",
+    r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b",
+)
+_EDGY = st.text(alphabet=st.sampled_from(list("0123456789abcdefABCDEFxTZsmu:-./_ é٣\nprivatemp")), max_size=80)
+
+
+@given(st.lists(_EDGY, min_size=1, max_size=4).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_the_volatile_patterns_match_exactly_where_their_plain_forms_do(text: str) -> None:
+    for (fast, _, _), plain in zip(results._VOLATILE, _PLAIN_VOLATILE, strict=True):
+        assert [m.span() for m in fast.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
+
+
+@pytest.mark.parametrize("text", [
+    "a1b2c3d4e5", "x1b2c3d4e5f", "_deadbeef12", "é0x1234", "0x1234", "z0x1234", "٣12:30:00", "12:30:00",
+    "2026-11-25T10:00:00Z", "a2026-11-25", "in 0.03s", "took12ms", "/private/tmp/x y", "a/tmp/b",
+])
+def test_the_volatile_patterns_agree_with_their_plain_forms_at_word_edges(text: str) -> None:
+    for (fast, _, _), plain in zip(results._VOLATILE, _PLAIN_VOLATILE, strict=True):
+        assert [m.span() for m in fast.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
+
+
+_PLAIN_FAILURE = re.compile(
+    r"\b[1-9]\d*\s+(?:[\w-]+\s+)?(?:failed|failures?|errors?|failing|broken|red)\b"
+    r"|\bAssertionError\b|\bFAILED\s*\((?:failures|errors)=[1-9]|^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:"
+    r"|Traceback \(most recent call last\)"
+    r"|\b(?:exit|return)\s?(?:code|status)\s*[:=]?\s*[1-9]\d*\b|\bexited with (?:code|status) [1-9]"
+    r"|\bcommand not found\b",
+    re.MULTILINE)
+_FAILURE_WORDS = ["2 failed", "1 test failed", "3 errors", "0 failed", "x2 failed", "AssertionError", "xAssertionError",
+                  "FAILED (failures=1)", "FAILED (errors=0)", "FAIL", "FAILED", "ERROR", "--- FAIL:", "exit code 2",
+                  "exit status: 1", "exited with code 3", "return code=4", "areturn code 1", "command not found",
+                  "subcommand not found", "Traceback (most recent call last)", "é1 failed", "_1 failed", "red"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_FAILURE_WORDS), st.text(alphabet="ab1 \n:=-_é", max_size=4)),
+                max_size=8).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_the_failure_searches_find_what_one_plain_alternation_finds(text: str) -> None:
+    assert any(p.search(text) for p in results._FAILURE_TEXTS) == (_PLAIN_FAILURE.search(text) is not None)
+
+
+@pytest.mark.parametrize("word", _FAILURE_WORDS)
+def test_each_failure_form_is_found_as_by_the_plain_alternation(word: str) -> None:
+    for text in (word, f"x {word} y", f"a\n{word}\n", f"z{word}"):
+        assert any(p.search(text) for p in results._FAILURE_TEXTS) == (_PLAIN_FAILURE.search(text) is not None)
+
+
+_PLAIN_BLANK = re.compile(
+    r"\b(?:no|0|zero)\s+(?:\w+\s+)?(?:results?|matches|match|hits?|documents?|docs|entries|items|records|"
+    r"rows|files?|pages?|articles?|sources?|information|info|data)\b"
+    r"|\bnothing\s+(?:\w+\s+)?(?:found|matched|matching|returned|relevant|useful)\b|\bnot\s+found\b"
+    r"|\bfound\s+nothing\b|\b(?:could\s*n[o']t|can\s*n[o']t|cannot|unable\s+to|did\s*n[o']t|does\s*n[o']t)\s+find\b"
+    r"|\b(?:does\s*n[o']t|did\s*n[o']t)\s+exist\b|\bno\s+such\b|\breturned\s+(?:no|nothing|0)\b|\bempty\s+result"
+    r"|^\W*(?:none|null|nil|n/?a|empty|no data|\[\]|\{\})\W*$",
+    re.IGNORECASE)
+_BLANK_WORDS = ["no", "No", "0", "zero", "results", "reſults", "matches", "hits", "docs", "entries", "items", "records",
+                "rows", "file", "pages", "articles", "sources", "information", "info", "data", "DATA", "nothing",
+                "found", "FOUND", "matched", "relevant", "not", "could not", "can't", "cannot", "unable to",
+                "didn't", "doesn't", "find", "exist", "such", "returned", "empty", "result", "none", "null", "nil",
+                "n/a", "NA", "no data", "[]", "{}", "new", "rowing", "K"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_BLANK_WORDS), st.text(alphabet=" \n.:-xé", max_size=3)),
+                max_size=8).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_the_gated_blank_search_finds_what_the_plain_alternation_finds(text: str) -> None:
+    text = text.strip()
+    assert results._says_nothing(text, text.lower()) == (_PLAIN_BLANK.search(text) is not None)
+
+
+@pytest.mark.parametrize("text", ["no results", "No  matching docs", "0 hits", "nothing relevant found",
+                                  "Nothing found", "not found", "found nothing", "I couldn't find it",
+                                  "does not exist", "no such file", "returned 0", "empty result set", " none ",
+                                  "N/A", "[]", "no reſults", "results: 3", "rowing home", "not  Found",
+                                  # each hint alone
+                                  *(f"no {noun}" for noun in ("results", "matches", "hits", "documents", "docs",
+                                                              "entries", "items", "records", "rows", "files",
+                                                              "pages", "articles", "sources", "info", "data")),
+                                  "nothing useful", "cannot find", "does not exist", "no such", "returned no",
+                                  "empty result", "zero relevant hits", "sorry, no data today"])
+def test_each_blank_form_is_judged_as_by_the_plain_alternation(text: str) -> None:
+    assert results._says_nothing(text, text.lower()) == (_PLAIN_BLANK.search(text) is not None)
