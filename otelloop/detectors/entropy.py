@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from otelloop.bounds import InternTable
+from otelloop.bounds import InternTable, Memo
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
@@ -78,16 +78,14 @@ def score(window: tuple[Entry, ...]) -> float:
     if not window:
         return 1.0
     key = (len(set(window)), len(window))
-    value = _ratios.get(key)
+    value: float | None = _ratios.get(key)
     if value is None:  # ``round`` to 4 places costs more than the rest of the score: done once per ratio
-        if len(_ratios) >= 4096:
-            _ratios.clear()
-        value = _ratios[key] = round(key[0] / key[1], 4)
+        value = _ratios.put(key, round(key[0] / key[1], 4), 150)
     return value
 
 
 #: (distinct, present) → score: a window of ``n`` entries has at most ``n`` scores.
-_ratios: dict[tuple[int, int], float] = {}
+_ratios = Memo(4096, 1 << 20)
 
 
 def most_frequent(window: tuple[Entry, ...]) -> tuple[Entry, int]:

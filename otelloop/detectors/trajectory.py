@@ -153,6 +153,7 @@ class _Entry(NamedTuple):
 #: One shared object per distinct entry: looping sessions repeat the same few, across sessions too.
 _interned = InternTable(16384, 8 << 20, lambda e: 200 + sum(sys.getsizeof(s) for s in e if type(s) is str))
 
+
 class _Signal(NamedTuple):
     """A loop type that fired on this step, with what its nudge sentence quotes."""
 

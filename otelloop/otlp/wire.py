@@ -14,6 +14,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from otelloop.bounds import Memo
 from otelloop.model import AttrValue
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -89,7 +90,14 @@ def encode_key_value(key: str, value: AttrValue) -> bytes:
     return delimited(0x0A, key.encode()) + delimited(0x12, encode_any_value(value))
 
 
-_ATTR_CACHE: dict[tuple[str, type, Any], bytes] = {}
+#: Encoded scalar attributes by (key, type, value), and whole attribute sets by (keys, values, types):
+#: bounded memos (registered with the memory guard, see docs/deploy.md).
+_ATTR_CACHE = Memo(16384, 4 << 20)
+_SET_CACHE = Memo(1024, 2 << 20)
+#: Sets of more attributes, or encoding to more bytes, than these are not kept in _SET_CACHE.
+_SET_CACHE_ITEMS = 8
+_SET_CACHE_BYTES = 512
+_SET_CACHE_ENTRIES = _SET_CACHE.max_entries
 
 
 def _span_attribute(key: str, value: AttrValue) -> bytes:
@@ -101,24 +109,13 @@ def _span_attribute(key: str, value: AttrValue) -> bytes:
     cacheable = not isinstance(value, (list, tuple)) and (not isinstance(value, str) or len(value) <= 32)
     if cacheable:
         ck = (key, type(value), value)
-        hit = _ATTR_CACHE.get(ck)
+        hit: bytes | None = _ATTR_CACHE.get(ck)
         if hit is not None:
             return hit
     encoded = delimited(0x4A, encode_key_value(key, value))
     if cacheable:
-        if len(_ATTR_CACHE) >= 16384:
-            _ATTR_CACHE.clear()
-        _ATTR_CACHE[ck] = encoded
+        _ATTR_CACHE.put(ck, encoded, 200 + len(encoded))
     return encoded
-
-
-#: Encoded attribute sets, by their keys, values and the values' types (see encode_span_attributes).
-_SET_CACHE: dict[tuple[tuple[str, ...], tuple[Any, ...], tuple[type, ...]], bytes] = {}
-#: Sets of more attributes, or encoding to more bytes, than these are not kept: the cache holds at most
-#: _SET_CACHE_ENTRIES small sets (about 2.5 KiB each at worst, counting their keys and values).
-_SET_CACHE_ITEMS = 8
-_SET_CACHE_BYTES = 512
-_SET_CACHE_ENTRIES = 1024
 
 
 def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
@@ -130,21 +127,17 @@ def encode_span_attributes(attributes: dict[str, AttrValue]) -> bytes:
     value is unhashable and simply encoded.
     """
     values = tuple(attributes.values())
-    key = (tuple(attributes), values, tuple(map(type, values)))
+    key: tuple[Any, ...] | None = (tuple(attributes), values, tuple(map(type, values)))
     try:
-        hit = _SET_CACHE.get(key)
-    except TypeError:
-        return b"".join([_span_attribute(k, v) for k, v in attributes.items()])
+        hit: bytes | None = _SET_CACHE.get(key)
+    except TypeError:  # an array value
+        hit = key = None
     if hit is not None:
         return hit
-    if len(attributes) == 1:
-        encoded = _span_attribute(*next(iter(attributes.items())))
-    else:
-        encoded = b"".join([_span_attribute(k, v) for k, v in attributes.items()])
-    if len(encoded) <= _SET_CACHE_BYTES and len(attributes) <= _SET_CACHE_ITEMS:
-        if len(_SET_CACHE) >= _SET_CACHE_ENTRIES:
-            _SET_CACHE.clear()
-        _SET_CACHE[key] = encoded
+    encoded = b"".join([_span_attribute(k, v) for k, v in attributes.items()])
+    if key is not None and len(encoded) <= _SET_CACHE_BYTES and len(attributes) <= _SET_CACHE_ITEMS:
+        # its tuples and strings, at worst about twice the encoded bytes plus 100 per attribute
+        _SET_CACHE.put(key, encoded, 200 + 100 * len(attributes) + 2 * len(encoded))
     return encoded
 
 
