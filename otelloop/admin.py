@@ -490,10 +490,20 @@ def _bool_param(request: web.Request, name: str, default: bool) -> bool:
 
 
 def _is_loopback(request: web.Request) -> bool:
+    return is_loopback_address(request.remote or "")
+
+
+def is_loopback_address(remote: str) -> bool:
+    """Whether a peer address is this machine's loopback: ``127.0.0.0/8``, ``::1``, and an IPv4 loopback
+    address as a dual-stack IPv6 socket reports it (``::ffff:127.0.0.1``), which ``is_loopback`` alone
+    does not count (a local IPv4 client of an ``[::]`` listener would be refused as remote)."""
     try:
-        return ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(remote.split("%", 1)[0])
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def _host_is_literal(host: str) -> bool:
