@@ -13,7 +13,8 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -54,6 +55,32 @@ def _host_port(value: str) -> str:
 
 #: A listen address, checked when the configuration is read rather than when the listener starts.
 HostPort = Annotated[str, AfterValidator(_host_port)]
+
+
+class Secret:
+    """Marks a field that holds credentials (``Annotated[str | None, SECRET]``).
+
+    ``check-config`` shows such a value as ``***`` (each item of a list, each value of a mapping), and a
+    validation error names its key without quoting it. Marking the field is all a new credential needs:
+    :func:`effective_config` and the error messages find the marks, and
+    ``tests/robustness/test_check_config_secrets.py`` fails when a field with a credential-like name is
+    left unmarked.
+    """
+
+    def __repr__(self) -> str:
+        return "SECRET"
+
+
+class SecretInUrl(Secret):
+    """Marks a URL field that may carry credentials: the password of its user info and the values of its
+    query are masked (``https://user:***@host/v1/traces?key=***``), the rest is shown."""
+
+    def __repr__(self) -> str:
+        return "SECRET_IN_URL"
+
+
+SECRET = Secret()
+SECRET_IN_URL = SecretInUrl()
 
 
 
@@ -119,7 +146,7 @@ class AuthConfig(_Section):
             read at start; null: none.
     """
 
-    bearer_tokens: list[str] = []
+    bearer_tokens: Annotated[list[str], SECRET] = []
     bearer_tokens_file: str | None = None
     bearer_tokens_env: str | None = None
 
@@ -213,9 +240,9 @@ class ExporterConfig(_Section):
             ``https://``.
     """
 
-    endpoint: str | None = None
+    endpoint: Annotated[str | None, SECRET_IN_URL] = None
     protocol: Literal["grpc", "http/protobuf"] = "grpc"
-    headers: dict[str, str] = {}
+    headers: Annotated[dict[str, str], SECRET] = {}
     compression: Literal["gzip", "none"] = "gzip"
     timeout: PositiveDuration = 10.0
     queue_spans: int = Field(100_000, ge=1)
@@ -263,10 +290,10 @@ class AdminConfig(_Section):
     """
 
     endpoint: HostPort = "0.0.0.0:9464"
-    token: str | None = None
+    token: Annotated[str | None, SECRET] = None
     token_file: str | None = None
     token_env: str | None = None
-    agent_token: str | None = None
+    agent_token: Annotated[str | None, SECRET] = None
     agent_token_file: str | None = None
     agent_token_env: str | None = None
     allow_remote_without_token: bool = False
@@ -565,15 +592,38 @@ def _format_errors(model: type[BaseModel], err: ValidationError, prefix: tuple[A
         if e["type"] == "extra_forbidden":
             lines.append(f"{path}: unknown key")
             continue
+        got = f"got {MASK} (not shown: a secret)" if _is_secret_path(model, loc) else f"got {_json(e.get('input'))}"
         if e["type"] in ("value_error", "assertion_error"):
             reason = str(e.get("ctx", {}).get("error", e["msg"]))
-            lines.append(f"{path}: {reason}, got {_json(e.get('input'))}")
+            lines.append(f"{path}: {reason}, {got}")
             continue
         schema = _field_schema(model, loc)
         described = _describe(schema) if schema else None
         reason = f"must be {described}" if described else e["msg"].lower()
-        lines.append(f"{path}: {reason}, got {_json(e.get('input'))}")
+        lines.append(f"{path}: {reason}, {got}")
     return lines
+
+
+def _is_secret_path(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """Whether ``loc`` (a validation error's location) lies in a field marked :class:`Secret`."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return False
+        if not isinstance(part, str) or part not in current.model_fields:
+            return False
+        if secret_marker(current, part) is not None:
+            return True
+        current = _model_of(current.model_fields[part].annotation)
+    return False
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The configuration section a field's type holds (``X``, ``X | None``), else None."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], str, list[str]]:
@@ -680,6 +730,65 @@ def _cross_checks(cfg: Config) -> list[str]:
     return errors
 
 
+def secret_marker(model: type[BaseModel], name: str) -> Secret | None:
+    """The :class:`Secret` mark of field ``name`` of ``model``, or None."""
+    info = model.model_fields.get(name)
+    if info is None:
+        return None
+    return next((m for m in info.metadata if isinstance(m, Secret)), None)
+
+
+def mask_secrets(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (``model`` dumped as JSON data) with the values of its secret fields masked, at any depth."""
+    for name in type(model).model_fields:
+        if name not in data:
+            continue
+        marker = secret_marker(type(model), name)
+        value = getattr(model, name)
+        if marker is not None:
+            data[name] = _masked(data[name], marker)
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            mask_secrets(value, data[name])
+        elif isinstance(value, list) and isinstance(data[name], list):
+            for item, dumped in zip(value, data[name], strict=False):
+                if isinstance(item, BaseModel) and isinstance(dumped, dict):
+                    mask_secrets(item, dumped)
+        elif isinstance(value, dict) and isinstance(data[name], dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel) and isinstance(data[name].get(key), dict):
+                    mask_secrets(item, data[name][key])
+    return data
+
+
+def _masked(value: Any, marker: Secret) -> Any:
+    if value is None or value == "" or value == [] or value == {}:
+        return value
+    if isinstance(value, list):
+        return [MASK for _ in value]
+    if isinstance(value, dict):
+        return {k: MASK for k in value}
+    if isinstance(marker, SecretInUrl) and isinstance(value, str):
+        return _masked_url(value)
+    return MASK
+
+
+#: What a masked secret looks like.
+MASK = "***"
+
+
+def _masked_url(url: str) -> str:
+    """``url`` with the password of its user info and the values of its query masked."""
+    parts = urlsplit(url if "://" in url else "//" + url)
+    netloc = parts.netloc
+    _, at, host = netloc.rpartition("@")
+    if at:  # a token may stand in the user name alone
+        netloc = f"{MASK}@{host}"
+    query = "&".join(f"{k}={MASK}" if sep else k for k, sep, _ in (p.partition("=") for p in parts.query.split("&")
+                                                                     if p)) if parts.query else ""
+    masked = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return masked if "://" in url else masked.removeprefix("//")
+
+
 def check_files(cfg: Config) -> list[str]:
     """Problems with the files and directories the configuration names, each with its key path.
 
@@ -694,7 +803,8 @@ def check_files(cfg: Config) -> list[str]:
                       ("exporter.tls.ca_file", etls.ca_file), ("exporter.tls.cert_file", etls.cert_file),
                       ("exporter.tls.key_file", etls.key_file),
                       ("receiver.auth.bearer_tokens_file", cfg.receiver.auth.bearer_tokens_file),
-                      ("admin.token_file", cfg.admin.token_file)):
+                      ("admin.token_file", cfg.admin.token_file),
+                      ("admin.agent_token_file", cfg.admin.agent_token_file)):
         if path:
             problem = _unreadable(path)
             if problem:
@@ -966,15 +1076,11 @@ def apply_otlp_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any
 
 
 def effective_config(cfg: Config) -> dict[str, Any]:
-    """The configuration in force as plain data (secrets masked), for ``check-config``."""
-    data = cfg.model_dump(mode="json")
+    """The configuration in force as plain data (every field marked :class:`Secret` masked), for
+    ``check-config``."""
+    data = mask_secrets(cfg, cfg.model_dump(mode="json"))
     data["detectors"] = {"profile": cfg.detector_profile,
                          **{k: v.model_dump(mode="json") for k, v in cfg.detectors.items()}}
-    if data["exporter"]["headers"]:
-        data["exporter"]["headers"] = {k: "***" for k in data["exporter"]["headers"]}
-    if data["admin"]["token"]:
-        data["admin"]["token"] = "***"
-    data["receiver"]["auth"]["bearer_tokens"] = ["***" for _ in data["receiver"]["auth"]["bearer_tokens"]]
     for k, v in list(data.items()):
         if isinstance(v, float) and math.isinf(v):
             data[k] = ".inf"
