@@ -24,6 +24,7 @@ from otelloop import bounds
 from otelloop.admin import AdminAPI
 from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.events import EventHub
+from otelloop.logs import EscapingFormatter, escape
 from otelloop.model import Finding, Step
 from otelloop.pipeline import Pipeline
 from otelloop.receiver.grpc_server import GrpcReceiver
@@ -41,10 +42,13 @@ SWEEP_INTERVAL = 1.0
 
 
 def print_finding(step: Step, finding: Finding) -> None:
-    """Detect-only mode: one human-readable line per finding on stderr."""
-    detail = redact(finding.message) or finding.event
-    sys.stderr.write(f"otelloop: [{finding.severity}] {finding.finding} session={step.session} "
-                     f"agent={redact(step.agent, NAME_CHARS) or '-'} span={step.span_id}: {detail}\n")
+    """Detect-only mode: one human-readable line per finding on stderr. Every value comes from spans (or
+    quotes them), so each is escaped: a session id cannot start a line of its own."""
+    detail = escape(redact(finding.message) or finding.event)
+    sys.stderr.write(f"otelloop: [{escape(finding.severity)}] {escape(finding.finding)} "
+                     f"session={escape(step.session, NAME_CHARS)} "
+                     f"agent={escape(redact(step.agent, NAME_CHARS)) or '-'} span={escape(step.span_id)}: "
+                     f"{detail}\n")
     sys.stderr.flush()
 
 
@@ -288,8 +292,9 @@ def _tune_gc() -> None:
 
 
 def serve(config: Config, config_path: str | None, overrides: dict[str, Any], ready_file: str | None) -> None:
-    logging.basicConfig(level=os.environ.get("OTELLOOP_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=os.environ.get("OTELLOOP_LOG_LEVEL", "INFO").upper(), handlers=[handler])
     service = Service(config, config_path, overrides, ready_file)
     _tune_gc()
     try:

@@ -21,6 +21,8 @@ from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from otelloop.logs import escape
+
 #: Trailer carrying a serialized ``google.rpc.Status`` (the standard rich-error channel).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 #: Trailer carrying a bare ``google.rpc.RetryInfo`` (what the OpenTelemetry Python SDK reads).
@@ -78,9 +80,9 @@ class AttemptResult:
 
 
 def one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
-    """A server message made safe for a single log line: whitespace collapsed, length capped."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """A server message made safe for a single log line: whitespace collapsed, other unprintable
+    characters escaped (the message may echo span content), length capped."""
+    return escape(" ".join(text.split()), limit)
 
 
 def success_result(body: bytes, status: str) -> AttemptResult:
