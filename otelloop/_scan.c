@@ -928,11 +928,62 @@ error:
 }
 
 typedef struct {
-    Cur trace_id, span_id, name, status_message;
+    Cur trace_id, span_id, parent_span_id, name, status_message;
     uint64_t start, end;
     int32_t status_code;
     PyObject *exc;
+    /* the first link whose trace id (link_field 1) or span id (2) has a wrong length, and that length */
+    int link_field;
+    Py_ssize_t link_len;
 } SpanFields;
+
+static int all_zero(Cur c) {
+    for (const uint8_t *p = c.p; p < c.end; p++) {
+        if (*p) return 0;
+    }
+    return 1;
+}
+
+/* Why a span's ids are invalid (a new str), or NULL with no error set when they are valid: the rules and
+ * reasons of otelloop.otlp.scan.id_problem, in its order. */
+static PyObject *id_problem(const SpanFields *s) {
+    Py_ssize_t tn = s->trace_id.end - s->trace_id.p, sn = s->span_id.end - s->span_id.p;
+    Py_ssize_t pn = s->parent_span_id.end - s->parent_span_id.p;
+    if (tn != 16) return PyUnicode_FromFormat("trace_id of %zd bytes", tn);
+    if (all_zero(s->trace_id)) return PyUnicode_FromString("trace_id all zero");
+    if (sn != 8) return PyUnicode_FromFormat("span_id of %zd bytes", sn);
+    if (all_zero(s->span_id)) return PyUnicode_FromString("span_id all zero");
+    if (pn != 0 && pn != 8) return PyUnicode_FromFormat("parent_span_id of %zd bytes", pn);
+    if (s->link_field == 1) return PyUnicode_FromFormat("link trace_id of %zd bytes", s->link_len);
+    if (s->link_field == 2) return PyUnicode_FromFormat("link span_id of %zd bytes", s->link_len);
+    return NULL;
+}
+
+/* Notes the first link with an id of a wrong length (empty ids are absent ones). Returns 0 on a framing
+ * error. */
+static int check_link(SpanFields *s, Cur c) {
+    Cur trace = {NULL, NULL}, span = {NULL, NULL}, sub;
+    uint32_t f;
+    int wt;
+    while (next_field(&c, &f, &wt)) {
+        if ((f == 1 || f == 2) && wt == WT_LEN) {
+            if (!rd_len(&c, &sub)) return 0;
+            if (f == 1) trace = sub; else span = sub;
+        } else if (!skip(&c, f, wt)) {
+            return 0;
+        }
+    }
+    if (s->link_field) return 1;
+    Py_ssize_t tn = trace.end - trace.p, sn = span.end - span.p;
+    if (tn != 0 && tn != 16) {
+        s->link_field = 1;
+        s->link_len = tn;
+    } else if (sn != 0 && sn != 8) {
+        s->link_field = 2;
+        s->link_len = sn;
+    }
+    return 1;
+}
 
 static PyObject *run_plan(Scanner *sc, const KindPlan *plan, PyObject *rattrs);
 
@@ -991,22 +1042,27 @@ static PyStructSequence_Desc span_info_desc = {
 
 static PyTypeObject SpanInfoType;
 
-/* One span → a SpanInfo, or None when it cannot be an agent step (see map_attrs). */
+/* One span → a SpanInfo, or None when it cannot be an agent step (see map_attrs) or its ids are invalid
+ * (then *problem is set to the reason). */
 static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted, PyObject *rattrs,
-                           PyObject **last_trace, Cur *last_trace_bytes) {
-    SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL};
+                           PyObject **last_trace, Cur *last_trace_bytes, PyObject **problem) {
+    SpanFields s = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, 0, 0, 0, NULL, 0, 0};
     uint32_t f;
     int wt;
     Cur sub;
     PyObject *out = NULL, *attrs = NULL, *kind = NULL, *reads = NULL;
     new_span(sc);
     while (next_field(&c, &f, &wt)) {
-        if (wt == WT_LEN && (f == 1 || f == 2 || f == 5 || f == 9 || f == 11 || f == 15)) {
+        if (wt == WT_LEN && (f == 1 || f == 2 || f == 4 || f == 5 || f == 9 || f == 11 || f == 13 || f == 15)) {
             if (!rd_len(&c, &sub)) goto done;
             if (f == 1) {
                 s.trace_id = sub;
             } else if (f == 2) {
                 s.span_id = sub;
+            } else if (f == 4) {
+                s.parent_span_id = sub;
+            } else if (f == 13) {
+                if (!check_link(&s, sub)) goto done;
             } else if (f == 5) {
                 s.name = sub;
             } else if (f == 9) {
@@ -1038,6 +1094,12 @@ static PyObject *read_span(Scanner *sc, Cur c, Py_ssize_t r, int resource_wanted
             goto done;
         }
     }
+    *problem = id_problem(&s);
+    if (*problem != NULL) {
+        out = Py_NewRef(Py_None); /* refused: not mapped */
+        goto done;
+    }
+    if (PyErr_Occurred()) goto done;
     int mapped = map_attrs(sc, resource_wanted, rattrs, &attrs, &kind, &reads);
     if (mapped < 0) goto done;
     if (mapped == 0) {
@@ -1102,7 +1164,7 @@ static int get_buffer(PyObject *obj, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
 }
 
-/* Scanner.scan(data) -> (resources, spans); see the module docstring of otelloop.otlp.scan. */
+/* Scanner.scan(data) -> (resources, spans, errors, invalid); see the module docstring of otelloop.otlp.scan. */
 static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
     if (sc->slots == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner is not initialised");
@@ -1116,7 +1178,7 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
     if (get_buffer(arg, &buf) < 0) return NULL;
     Check k = {NULL, NULL};
     Cur c = {buf.buf, (const uint8_t *)buf.buf + buf.len};
-    PyObject *resources = NULL, *spans = NULL, *result = NULL, *last_trace = NULL;
+    PyObject *resources = NULL, *spans = NULL, *invalid = NULL, *result = NULL, *last_trace = NULL;
     Cur last_trace_bytes = {NULL, NULL};
     sc->busy = 1;
     sc->data = arg;
@@ -1125,7 +1187,8 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
         raise_invalid(&k);
         goto done;
     }
-    if (!(resources = PyList_New(0)) || !(spans = PyList_New(0)) || !(sc->errors = PyList_New(0))) goto done;
+    if (!(resources = PyList_New(0)) || !(spans = PyList_New(0)) || !(invalid = PyList_New(0)) ||
+        !(sc->errors = PyList_New(0))) goto done;
     uint32_t f;
     int wt;
     Cur rs;
@@ -1180,8 +1243,19 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
                     continue;
                 }
                 if (!rd_len(&ss, &span)) goto malformed;
-                PyObject *item = read_span(sc, span, r, resource_wanted, rdict, &last_trace, &last_trace_bytes);
+                PyObject *problem = NULL;
+                PyObject *item = read_span(sc, span, r, resource_wanted, rdict, &last_trace, &last_trace_bytes,
+                                           &problem);
                 if (item == NULL) goto malformed;
+                if (problem != NULL) {
+                    PyObject *entry = Py_BuildValue("(nN)", PyList_GET_SIZE(spans), problem);
+                    if (entry == NULL || PyList_Append(invalid, entry) < 0) {
+                        Py_XDECREF(entry);
+                        Py_DECREF(item);
+                        goto done;
+                    }
+                    Py_DECREF(entry);
+                }
                 int rc = PyList_Append(spans, item);
                 Py_DECREF(item);
                 if (rc < 0) goto done;
@@ -1189,13 +1263,14 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
         }
         r++;
     }
-    result = PyTuple_Pack(3, resources, spans, sc->errors);
+    result = PyTuple_Pack(4, resources, spans, sc->errors, invalid);
     goto done;
 malformed:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed request");
 done:
     Py_XDECREF(resources);
     Py_XDECREF(spans);
+    Py_XDECREF(invalid);
     Py_XDECREF(last_trace);
     if (sc->data_view != NULL) {
         /* Slices handed out keep the request's buffer alive on their own. */

@@ -55,8 +55,10 @@ class Scanner:
 
     def __init__(self, keys: Iterable[str], max_value_bytes: int, oversized: Callable[[str, memoryview], Any],
                  program: _Program | None = None, events: Sequence[tuple[str, str, str]] = ()) -> None: ...
-    def scan(self, data: bytes, /) -> tuple[list[_Resource], list[SpanInfo | None], list[str]]:
-        """(resources, spans, mapping errors); raises ValueError when ``data`` is not a valid request."""
+    def scan(self, data: bytes, /) -> tuple[list[_Resource], list[SpanInfo | None], list[str],
+                                            list[tuple[int, str]]]:
+        """(resources, spans, mapping errors, (index, reason) of spans with invalid ids); raises ValueError
+        when ``data`` is not a valid request."""
 
 def resolve(span: dict[str, Any] | None, res: dict[str, Any] | None, plan: tuple[_Read, ...],
             errors: list[str], /) -> tuple[Any, ...]:

@@ -64,14 +64,16 @@ class Decoded:
     """A decoded request and the steps found in it, before any state has changed.
 
     Attributes:
-        data: the request as received.
-        spans: spans kept (every span, unless some were left out as too large).
+        data: the request as received, or without the spans left out as invalid when it was read whole.
+        spans: spans kept (every span, unless some were left out as too large or invalid).
         steps: (position, step, span info) in processing order.
         mapping_errors: fields of attributes that had the wrong type.
         chunks: the kept spans as complete smaller requests, when the request was read in chunks; None
             when ``data`` itself holds them.
         too_large: (position, size) of each span left out because a request holding only it would
             exceed the upstream's limit.
+        invalid: the reason of each span left out because OTLP calls its ids invalid (a trace id not
+            of 16 bytes, a span id not of 8, either all zero: see ``otelloop.otlp.scan.id_problem``).
     """
 
     data: bytes
@@ -81,6 +83,7 @@ class Decoded:
     chunks: list[Part] | None = None
     too_large: list[tuple[Position, int]] = field(default_factory=list)
     session_ids: list[str] | None = None
+    invalid: list[str] = field(default_factory=list)
 
     def sessions(self) -> list[str]:
         """The distinct sessions of this request's steps (gathered while decoding in chunks)."""
@@ -180,9 +183,9 @@ class Pipeline:
         scanner, map_span = self.scanner, self.mapper.map_span
         bound = min(x for x in (chunk_bytes, span_limit, len(data)) if x is not None)
         if len(data) <= bound:
-            steps, spans, errors = _read(scanner, map_span, data, 0)
+            steps, spans, errors, kept, invalid = _read(scanner, map_span, data, 0)
             steps.sort(key=_start_time)
-            return Decoded(data, spans, steps, errors)
+            return Decoded(kept, spans, steps, errors, invalid=invalid)
         too_large: list[tuple[Position, int]] = []
 
         def oversized(index: int, span: bytes, size: int) -> bytes | None:
@@ -204,8 +207,14 @@ class Pipeline:
         errors = []
         sessions: dict[str, None] = {}
         base = 0
+        invalid = []
+        kept_chunks: list[Part] = []
         for chunk, _ in chunks:
-            chunk_steps, spans, chunk_errors = yield from _read_steps(scanner, map_span, chunk, base)
+            chunk_steps, spans, chunk_errors, kept, chunk_invalid = yield from _read_steps(
+                scanner, map_span, chunk, base)
+            if spans or not chunk_invalid:  # a chunk whose every span was left out is not forwarded
+                kept_chunks.append((kept, spans))
+            invalid += chunk_invalid
             chunk_steps.sort(key=_start_time)
             runs.append(chunk_steps)
             errors += chunk_errors
@@ -220,7 +229,7 @@ class Pipeline:
                 steps.append(item)
                 if len(steps) % 4096 == 0:
                     yield
-        return Decoded(data, base, steps, errors, chunks, too_large, list(sessions))
+        return Decoded(data, base, steps, errors, kept_chunks, too_large, list(sessions), invalid)
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 
@@ -330,7 +339,7 @@ class Pipeline:
     @staticmethod
     def _unmodified(decoded: Decoded, originals: list[Part]) -> list[Part]:
         """What to forward when nothing was added: the original bytes, unless spans were left out."""
-        return originals if decoded.too_large else [(decoded.data, decoded.spans)]
+        return originals if decoded.too_large or decoded.invalid else [(decoded.data, decoded.spans)]
 
     def _encode(self, step: Step, ctx: StepContext, langfuse: bool) -> bytes:
         out = wire.encode_span_attributes(ctx.attributes) if ctx.attributes else b""
@@ -372,29 +381,43 @@ def run(steps: Generator[None, None, T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes,
-          base: Position) -> tuple[list[tuple[Position, Step, SpanInfo]], int, list[str]]:
-    """Read one (chunk of a) request: its steps (positions offset by ``base``), span count, errors."""
+#: What reading a (chunk of a) request gives: its steps (positions offset by the chunk's base), the count of
+#: spans kept, the mapping errors, the bytes to forward (without the spans of invalid ids) and the reason
+#: each of those was left out.
+Read = tuple[list[tuple[Position, Step, SpanInfo]], int, list[str], bytes, list[str]]
+
+
+def _scanned(scanner: scan.Scanner, data: bytes) -> tuple[list[scan.Resource], list[SpanInfo | None], list[str],
+                                                          bytes, list[str]]:
+    """Scan ``data``; spans with invalid ids are left out of it and of the span list (the positions of the
+    others then index the bytes returned)."""
     try:
-        resources, infos, errors = scanner.scan(data)
+        resources, infos, errors, invalid = scanner.scan(data)
     except ValueError as e:
         raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
+    if not invalid:
+        return resources, infos, errors, data, []
+    left_out = {i for i, _ in invalid}
+    infos = [info for i, info in enumerate(infos) if i not in left_out]
+    return resources, infos, errors, scan.without_spans(data, left_out), [reason for _, reason in invalid]
+
+
+def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes, base: Position) -> Read:
+    """Read one (chunk of a) request (see :data:`Read`)."""
+    resources, infos, errors, kept, invalid = _scanned(scanner, data)
     steps: list[tuple[Position, Step, SpanInfo]] = []
     for i, info in enumerate(infos):
         if info is not None:
             step = map_span(info, resources[info.resource], errors)
             if step is not None:
                 steps.append((base + i, step, info))
-    return steps, len(infos), errors
+    return steps, len(infos), errors, kept, invalid
 
 
 def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes, base: Position
-                ) -> Generator[None, None, tuple[list[tuple[Position, Step, SpanInfo]], int, list[str]]]:
+                ) -> Generator[None, None, Read]:
     """:func:`_read` with a checkpoint every :data:`CHECKPOINT_STEPS` spans mapped."""
-    try:
-        resources, infos, errors = scanner.scan(data)
-    except ValueError as e:
-        raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
+    resources, infos, errors, kept, invalid = _scanned(scanner, data)
     yield
     steps: list[tuple[Position, Step, SpanInfo]] = []
     for start in range(0, len(infos), CHECKPOINT_STEPS):
@@ -405,7 +428,7 @@ def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], dat
                 if step is not None:
                     steps.append((base + i, step, info))
         yield
-    return steps, len(infos), errors
+    return steps, len(infos), errors, kept, invalid
 
 
 def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],

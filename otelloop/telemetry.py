@@ -221,7 +221,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "refused inside gRPC itself and are not counted. `too_large` also counts, one by one, spans "
                "too large for the upstream even alone (over `exporter.max_request_mib` with their resource "
                "and scope): they are refused inside an OTLP partial success, the rest of their request "
-               "accepted.",
+               "accepted. `invalid` likewise counts spans whose ids OTLP calls invalid (a `trace_id` not of "
+               "16 bytes or all zero, a `span_id` not of 8 bytes or all zero, a parent or link id of another "
+               "size), refused inside a partial success and never forwarded.",
                attribute="spans_refused"),
     MetricSpec("otelloop_requests_aborted", "counter", ("transport", "reason"),
                "Requests abandoned before they were read whole, by transport and reason.",

@@ -98,7 +98,7 @@ def _kv(key: bytes, *values: bytes) -> bytes:
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
 def test_recorded_requests_read_the_same(path: Path) -> None:
-    resources, spans, _ = assert_same(path.read_bytes())
+    resources, spans, _, _ = assert_same(path.read_bytes())
     assert any(s is not None for s in spans)
 
 
@@ -112,7 +112,7 @@ def test_values_of_every_type() -> None:
         KeyValue(key="exception.type", value=any_value("ValueError")),
         KeyValue(key="exception.message", value=any_value(7))])]
     data = request(span("s", attrs, error="boom", events=events), resource={"session.id": "r1"})
-    resources, spans, _ = assert_same(data)
+    resources, spans, _, _ = assert_same(data)
     assert resources == [({"session.id": "r1"}, "agent-svc")]
     (r, name, trace, span_id, start, end, code, message, got, exc, kind, reads), = spans
     assert kind is None and reads is None  # no program: the mapper decides
@@ -137,7 +137,7 @@ def test_both_readers_hand_over_the_same_named_records() -> None:
 
 def test_spans_that_cannot_be_steps_are_counted_not_read() -> None:
     data = request(span("plain", {"http.method": "GET"}), span("step", {"gen_ai.operation.name": "chat"}))
-    resources, spans, _ = assert_same(data)
+    resources, spans, _, _ = assert_same(data)
     assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1].name == "step"
 
 
@@ -148,7 +148,7 @@ def test_several_resources_and_scopes_keep_their_order() -> None:
         out.resource.attributes.add(key="service.name", value=any_value(service))
         return out
     data = ExportTraceServiceRequest(resource_spans=[rs("one", "a", "b", "c"), rs("two", "d")]).SerializeToString()
-    resources, spans, _ = assert_same(data)
+    resources, spans, _, _ = assert_same(data)
     assert [s for _, s in resources] == ["one", "two"]
     assert [(s[0], s[1]) for s in spans] == [(0, "a"), (0, "b"), (0, "c"), (1, "d")]
 
@@ -156,7 +156,7 @@ def test_several_resources_and_scopes_keep_their_order() -> None:
 def test_long_values_are_left_in_the_request() -> None:
     big = "é" * 40
     data = request(tool_span(args=big, result=["x" * 70]), span("b", {"b": b"\x01" * 80, "k": "short"}))
-    _, spans, _ = assert_same(data, limit=64)
+    _, spans, _, _ = assert_same(data, limit=64)
     args = spans[0].attributes["gen_ai.tool.call.arguments"]
     assert isinstance(args, scan.Oversized) and args.kind == "string" and bytes(args.raw) == big.encode()
     assert spans[0].attributes["gen_ai.tool.call.result"].kind == "array"
@@ -177,7 +177,7 @@ def test_wanted_event_attributes_are_read_under_their_own_keys() -> None:
               _event("gen_ai.choice", message="a second choice"),
               _event("exception", **{"exception.type": "E", "exception.message": "m"})]
     data = request(span("execute_tool read_file", {"gen_ai.tool.name": "read_file"}, events=events))
-    _, spans, _ = assert_same(data)
+    _, spans, _, _ = assert_same(data)
     key = scan.event_key
     assert spans[0].attributes == {"gen_ai.tool.name": "read_file",
                            key("gen_ai.tool.message", "content"): '{"path": "a.txt"}',
@@ -190,7 +190,7 @@ def test_wanted_event_attributes_are_read_under_their_own_keys() -> None:
 def test_event_values_are_oversized_like_attributes() -> None:
     data = request(span("execute_tool t", {"gen_ai.tool.name": "t"},
                         events=[_event("gen_ai.choice", message="x" * 100)]))
-    _, spans, _ = assert_same(data, limit=64)
+    _, spans, _, _ = assert_same(data, limit=64)
     value = spans[0].attributes[scan.event_key("gen_ai.choice", "message")]
     assert isinstance(value, scan.Oversized) and bytes(value.raw) == b"x" * 100
 
@@ -198,7 +198,7 @@ def test_event_values_are_oversized_like_attributes() -> None:
 def test_events_alone_do_not_make_a_step() -> None:
     data = request(span("plain", {"http.method": "GET"}, events=[_event("gen_ai.choice", message="m")]))
     assert readers(program=PROGRAM)[0].scan(data)[1] == [None]
-    _, spans, _ = assert_same(data)
+    _, spans, _, _ = assert_same(data)
     assert spans[0].attributes == {scan.event_key("gen_ai.choice", "message"): "m"}  # without a program: for the rules
 
 
@@ -206,7 +206,7 @@ def test_an_event_key_is_never_read_as_an_attribute() -> None:
     key = scan.event_key("gen_ai.choice", "message")
     data = request(span("execute_tool t", {"gen_ai.tool.name": "t", key: "an attribute"}))
     for native in (True, False):
-        _, spans, _ = scan.Scanner(KEYS | {key}, native=native, events=EVENTS).scan(data)
+        _, spans, _, _ = scan.Scanner(KEYS | {key}, native=native, events=EVENTS).scan(data)
         assert spans[0].attributes == {"gen_ai.tool.name": "t"}
     with pytest.raises(ValueError, match="also an attribute key"):
         scan._native.Scanner([key], 64, scan.Oversized, None, [(key, "gen_ai.choice", "message")])
@@ -550,7 +550,7 @@ def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
     native, python = readers(program=PROGRAM)
     got = native.scan(data)
     assert got == python.scan(data)
-    _, spans, errors = got
+    _, spans, errors, _ = got
     tool, chat, agent, explicit, plain, unknown = spans
     assert (tool.attributes, tool.kind) == (None, "tool") and tool.reads[:3] == ("search_web", None, "a1")
     assert (chat.attributes, chat.kind) == (None, "llm") and chat.reads[9] is None and errors == ["input_tokens"]
@@ -571,7 +571,7 @@ def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
 ])
 def test_the_program_reads_kinds_as_protobuf_merges_values(span_bytes: bytes, kind: str | None) -> None:
     data = _request_of_span(_field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + span_bytes)
-    _, spans, _ = readers(program=PROGRAM)[0].scan(data)
+    _, spans, _, _ = readers(program=PROGRAM)[0].scan(data)
     assert (spans[0].kind if spans[0] is not None else None) == kind
     _assert_maps_like_the_mapper(data)
     assert_same(data)
@@ -589,7 +589,7 @@ def test_a_scanner_refuses_to_be_reentered() -> None:
 
     scanner = scan._native.Scanner(["k"], 4, oversized)
     data = request(span("s", {"k": "a long value"}))
-    _, spans, _ = scanner.scan(data)
+    _, spans, _, _ = scanner.scan(data)
     assert isinstance(spans[0].attributes["k"], scan.Oversized) and "already running" in inner[0]
     assert scanner.scan(data)[1][0].attributes["k"].kind == "string"  # and works again afterwards
 
@@ -597,3 +597,51 @@ def test_a_scanner_refuses_to_be_reentered() -> None:
 def test_a_program_naming_a_kind_without_a_plan_is_refused() -> None:
     with pytest.raises(ValueError, match="no plan"):
         scan._native.Scanner(["a"], 64, scan.Oversized, (frozenset(), (("a", None, "tool"),), {}, frozenset()))
+
+
+_T, _S = _field(1, b"\x01" * 16), _field(2, b"\x02" * 8)
+ID_CASES: dict[str, tuple[bytes, str | None]] = {
+    "valid": (_T + _S, None),
+    "valid root with an empty parent": (_T + _S + _field(4, b""), None),
+    "valid with a parent": (_T + _S + _field(4, b"\x03" * 8), None),
+    "all-zero parent (read as none)": (_T + _S + _field(4, b"\x00" * 8), None),
+    "no ids": (_field(5, b"name"), "trace_id of 0 bytes"),
+    "short trace id": (_field(1, b"\x01" * 5) + _S, "trace_id of 5 bytes"),
+    "long trace id": (_field(1, b"\x01" * 17) + _S, "trace_id of 17 bytes"),
+    "all-zero trace id": (_field(1, b"\x00" * 16) + _S, "trace_id all zero"),
+    "short span id": (_T + _field(2, b"\x02" * 4), "span_id of 4 bytes"),
+    "missing span id": (_T, "span_id of 0 bytes"),
+    "all-zero span id": (_T + _field(2, b"\x00" * 8), "span_id all zero"),
+    "both wrong: the trace id is the reason": (_field(1, b"\x01") + _field(2, b"\x02"), "trace_id of 1 bytes"),
+    "short parent": (_T + _S + _field(4, b"\x03" * 3), "parent_span_id of 3 bytes"),
+    "repeated trace id: the last counts": (_field(1, b"\x01" * 3) + _T + _S, None),
+    "repeated trace id: the last is short": (_T + _field(1, b"\x01" * 3) + _S, "trace_id of 3 bytes"),
+    "trace id of the wrong wire type is unknown": (_T + _S + _field(1, b"\x05", 0), None),
+    "valid links": (_T + _S + _field(13, _T + _S) + _field(13, b""), None),
+    "link with a short trace id": (_T + _S + _field(13, _field(1, b"\x01" * 3) + _S), "link trace_id of 3 bytes"),
+    "second link with a long span id": (_T + _S + _field(13, _T + _S) + _field(13, _field(2, b"\x02" * 9)),
+                                        "link span_id of 9 bytes"),
+    "own ids before links": (_field(1, b"\x01" * 2) + _S + _field(13, _field(1, b"\x01")), "trace_id of 2 bytes"),
+}
+
+
+@pytest.mark.parametrize(("span_bytes", "reason"), ID_CASES.values(), ids=ID_CASES.keys())
+def test_both_readers_refuse_the_same_ids_for_the_same_reason(span_bytes: bytes, reason: str | None) -> None:
+    """opentelemetry-proto trace.proto: a 16-byte trace_id and an 8-byte span_id, not all zero, are required;
+    the parent span id is empty for a root span, else 8 bytes."""
+    data = _request_of_span(span_bytes + _field(9, _kv(b"gen_ai.tool.name", _s(b"t"))))
+    ExportTraceServiceRequest.FromString(data)  # a valid request: only its span is refused
+    _, spans, _, invalid = assert_same(data)
+    assert invalid == ([] if reason is None else [(0, reason)])
+    assert (spans[0] is None) == (reason is not None)
+
+
+def test_spans_with_invalid_ids_are_listed_by_position_and_can_be_cut_out() -> None:
+    good = [tool_span(trace=5, i=i) for i in range(3)]
+    bad = Span(name="bad", trace_id=b"\x01" * 5, span_id=b"\x01" * 8)
+    data = request(good[0], bad, good[1], bad, good[2])
+    _, _, _, invalid = assert_same(data)
+    assert invalid == [(1, "trace_id of 5 bytes"), (3, "trace_id of 5 bytes")]
+    kept = scan.without_spans(data, [1, 3])
+    assert [s.span_id for s in parse(kept)] == [s.span_id for s in good]
+    assert scan.Scanner(KEYS, native=True).scan(kept)[3] == []

@@ -11,7 +11,9 @@ attribute key, handed over under :func:`event_key`), and optionally the mapper's
 * ``spans``: one entry per span, in request order: a :class:`SpanInfo`, or ``None`` for a span that
   cannot be an agent step (it carries no wanted key and neither does its resource; with a program,
   its own attributes declare no step kind);
-* ``errors``: the fields of typed reads the program ran that met a value of the wrong type.
+* ``errors``: the fields of typed reads the program ran that met a value of the wrong type;
+* ``invalid``: ``(index, reason)`` of each span whose ids OTLP calls invalid (its entry in ``spans`` is
+  None): see :func:`id_problem`.
 
 With a program, a span's ``kind`` and ``reads`` (the results of that kind's plan) are filled in and its
 attribute dict is left out unless the program keeps it for that kind; a span carrying one of the
@@ -103,7 +105,41 @@ class SpanInfo(NamedTuple):
 
 
 Resource = tuple["dict[str, Any] | None", str]
-Scanned = tuple[list[Resource], list[SpanInfo | None], list[str]]
+Scanned = tuple[list[Resource], list["SpanInfo | None"], list[str], list[tuple[int, str]]]
+
+#: Sizes of valid ids, in bytes (opentelemetry-proto ``trace.proto``: "The ID is a 16-byte array. An ID
+#: with all zeroes OR of length other than 16 bytes is considered invalid"; 8 bytes for a span id).
+TRACE_ID_BYTES = 16
+SPAN_ID_BYTES = 8
+
+
+def id_problem(trace_id: bytes, span_id: bytes, parent_span_id: bytes,
+               links: Iterable[tuple[bytes, bytes]] = ()) -> str | None:
+    """Why a span's ids are invalid, or None when they are valid.
+
+    A span's own trace id must be 16 bytes and its span id 8, neither all zero (OTLP requires both and
+    calls an all-zero id invalid); its parent span id is empty (a root span) or 8 bytes, and so is each
+    link's span id, while each link's trace id is empty or 16 bytes (an empty id in those places reads as
+    absent, as the OpenTelemetry Collector reads it; any other length makes the Collector refuse the
+    whole request). Checked in this order; the first problem is the reason. The native reader applies
+    the same rules and gives the same reasons.
+    """
+    if len(trace_id) != TRACE_ID_BYTES:
+        return f"trace_id of {len(trace_id)} bytes"
+    if not any(trace_id):
+        return "trace_id all zero"
+    if len(span_id) != SPAN_ID_BYTES:
+        return f"span_id of {len(span_id)} bytes"
+    if not any(span_id):
+        return "span_id all zero"
+    if len(parent_span_id) not in (0, SPAN_ID_BYTES):
+        return f"parent_span_id of {len(parent_span_id)} bytes"
+    for link_trace, link_span in links:
+        if len(link_trace) not in (0, TRACE_ID_BYTES):
+            return f"link trace_id of {len(link_trace)} bytes"
+        if len(link_span) not in (0, SPAN_ID_BYTES):
+            return f"link span_id of {len(link_span)} bytes"
+    return None
 
 
 class Program(Protocol):
@@ -151,6 +187,24 @@ class Scanner:
         if self._impl is not None:
             return cast(Scanned, self._impl.scan(data))  # its records have SpanInfo's fields
         return _scan_python(data, self.keys, self.max_value_bytes, self.program, self._wanted_events)
+
+
+def without_spans(data: bytes, positions: Iterable[int]) -> bytes:
+    """``data`` without the spans at ``positions`` (span indexes in reading order). Resources and scopes
+    stay, even when left without spans; every other byte is kept. The slow path (one protobuf parse
+    and serialisation), for the rare request that holds spans to refuse."""
+    drop = set(positions)
+    raw = wire.RawRequest.FromString(data)
+    i = 0
+    for rs in raw.resource_spans:
+        for ss in rs.scope_spans:
+            kept = [span for k, span in enumerate(ss.spans, i) if k not in drop]
+            i += len(ss.spans)
+            if len(kept) != len(ss.spans):
+                del ss.spans[:]
+                ss.spans.extend(kept)
+    out: bytes = raw.SerializeToString()
+    return out
 
 
 def splice(data: bytes, extras: list[bytes | None]) -> bytes:
@@ -207,6 +261,7 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
     resources: list[Resource] = []
     spans: list[SpanInfo | None] = []
     errors: list[str] = []
+    invalid: list[tuple[int, str]] = []
     for r, rs in enumerate(req.resource_spans):
         ra = rs.resource.attributes
         res_attrs = _wanted(ra, keys, limit)
@@ -214,6 +269,12 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
         resources.append((res_attrs, service))
         for ss in rs.scope_spans:
             for span in ss.spans:
+                problem = id_problem(span.trace_id, span.span_id, span.parent_span_id,
+                                     [(link.trace_id, link.span_id) for link in span.links])
+                if problem is not None:
+                    invalid.append((len(spans), problem))
+                    spans.append(None)
+                    continue
                 attrs = _wanted(span.attributes, keys, limit)
                 if events and span.events:
                     attrs = _event_values(span.events, events, limit, attrs)
@@ -230,7 +291,7 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
                 spans.append(SpanInfo(r, span.name, span.trace_id.hex(), span.span_id.hex(),
                                       span.start_time_unix_nano, span.end_time_unix_nano, span.status.code,
                                       span.status.message, attrs, _exception(span), kind, reads))
-    return resources, spans, errors
+    return resources, spans, errors, invalid
 
 
 def _wanted(attributes: Any, keys: frozenset[str], limit: int) -> dict[str, Any] | None:

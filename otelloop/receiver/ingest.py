@@ -34,6 +34,7 @@ import gc
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
@@ -246,10 +247,11 @@ class Ingest:
         """
         handed_over = False
         try:
-            too_large = len(decoded.too_large)
-            self.metrics.spans_received.labels(transport).inc(decoded.spans + too_large)
-            if too_large:
-                self._refuse_spans(decoded, transport)
+            refused = _refused_inside(decoded)
+            rejected = sum(count for _, count, _ in refused)
+            self.metrics.spans_received.labels(transport).inc(decoded.spans + rejected)
+            if refused:
+                self._refuse_spans(decoded, refused, transport)
             shed = self.overloaded()
             if shed is not None:
                 raise Refusal("backpressure", shed, decoded.spans)
@@ -258,7 +260,7 @@ class Ingest:
                 reservation = self.exporter.reserve(decoded.spans, len(decoded.data))
                 if reservation is None:
                     raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
-            accepted = Accepted(decoded.spans, too_large, _too_large_message(decoded) if too_large else "")
+            accepted = Accepted(decoded.spans, rejected, "; ".join(message for _, _, message in refused))
             if (large is None and len(decoded.steps) <= INLINE_STEPS
                     and not (self.gate.busy and self.gate.conflicts(decoded.sessions()))):
                 await self._commit_inline(decoded, reservation)
@@ -274,16 +276,20 @@ class Ingest:
             if large is not None and not handed_over:
                 large.release()
 
-    def _refuse_spans(self, decoded: Decoded, transport: str) -> None:
-        """Spans too large for the upstream even alone: refused inside an otherwise accepted request (an
-        OTLP partial success), or the whole request when it holds nothing else."""
-        count = len(decoded.too_large)
-        message = _too_large_message(decoded)
-        self._throttled("too_large", logging.WARNING, f"refused {count} spans to a client over {transport}: "
-                                                      f"{message}")
+    def _refuse_spans(self, decoded: Decoded, refused: list[tuple[RefusalReason, int, str]], transport: str) -> None:
+        """Spans too large for the upstream even alone, or with invalid ids: refused inside an otherwise
+        accepted request (an OTLP partial success), or the whole request when it holds nothing else (then
+        with the last reason, counted by the receiver with the refusal)."""
+        for reason, count, message in refused:
+            self._throttled(reason, logging.WARNING, f"refused {count} spans to a client over {transport}: "
+                                                     f"{message}")
+        *counted, (last_reason, last_count, _) = refused
+        if decoded.spans != 0:
+            counted.append((last_reason, last_count, ""))
+        for reason, count, _ in counted:
+            self.metrics.spans_refused.labels(transport, reason).inc(count)
         if decoded.spans == 0:
-            raise Refusal("too_large", message, count)
-        self.metrics.spans_refused.labels(transport, "too_large").inc(count)
+            raise Refusal(last_reason, "; ".join(message for _, _, message in refused), last_count)
 
     # -- processing --------------------------------------------------------------------------------
 
@@ -348,6 +354,28 @@ class Ingest:
         """Count a refusal; spans of a request that did not decode are counted as one."""
         self.metrics.spans_refused.labels(transport, refusal.reason).inc(
             refusal.spans if refusal.spans is not None else 1)
+
+
+def _refused_inside(decoded: Decoded) -> list[tuple[RefusalReason, int, str]]:
+    """(reason, spans, message) of the spans of a decoded request that were left out of it."""
+    out: list[tuple[RefusalReason, int, str]] = []
+    if decoded.too_large:
+        out.append(("too_large", len(decoded.too_large), _too_large_message(decoded)))
+    if decoded.invalid:
+        out.append(("invalid", len(decoded.invalid), _invalid_message(decoded)))
+    return out
+
+
+def _invalid_message(decoded: Decoded) -> str:
+    """Says how many spans had invalid ids and why, most frequent reason first (a bounded text: the
+    reasons are a handful of fixed forms)."""
+    count = len(decoded.invalid)
+    spans = "1 span has" if count == 1 else f"{count} spans have"
+    reasons = ", ".join(f"{reason} ({n})" if count > 1 else reason
+                        for reason, n in Counter(decoded.invalid).most_common(3))
+    more = ", …" if len(set(decoded.invalid)) > 3 else ""
+    return (f"{spans} invalid ids: {reasons}{more} (OTLP requires a 16-byte trace_id and an 8-byte span_id, "
+            f"not all zero)")
 
 
 def _too_large_message(decoded: Decoded) -> str:
