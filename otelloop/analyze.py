@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otelloop.config import Config
+from otelloop.logs import escape
 from otelloop.model import VERDICT_RANK
 from otelloop.otlp.json_codec import JSONDecodeError, json_to_protobuf, request_to_json
 from otelloop.pipeline import InvalidRequest, Pipeline
@@ -145,21 +146,25 @@ def analyze(paths: list[str], config: Config | None = None, output: TextIO | Non
 
 
 def render_table(reports: list[SessionReport]) -> str:
-    """A readable table: one block per session, one line per distinct finding."""
+    """A readable table: one block per session, one line per distinct finding. Session ids, agent names
+    and messages come from the recorded spans, so each is escaped (``otelloop.logs.escape``): a recording
+    cannot add lines to the table or send escape sequences to the terminal."""
     if not reports:
         return "no agent steps found\n"
     lines = [f"{'SESSION':34} {'AGENT':20} {'STEPS':>5} {'VERDICT':8} FINDINGS"]
     for r in reports:
         counts = Counter((f["detector"], f["event"], f["severity"]) for f in r.findings)
-        summary = ", ".join(f"{e.removeprefix('otelloop.')} x{n}" for (_, e, _), n in counts.items()) or "-"
-        lines.append(f"{r.session_id[:34]:34} {r.agent[:20]:20} {r.steps:>5} {r.verdict:8} {summary}")
+        summary = escape(", ".join(f"{e.removeprefix('otelloop.')} x{n}" for (_, e, _), n in counts.items())
+                         or "-", None)
+        lines.append(f"{escape(r.session_id, 34):34} {escape(r.agent, 20):20} {r.steps:>5} {r.verdict:8} "
+                     f"{summary}")
         seen = set()
         for f in r.findings:
             key = (f["event"], f["message"])
             if key not in seen:
                 seen.add(key)
-                lines.append(f"    [{f['severity']}] {f['detector']}: {f['message'] or f['event']} "
-                             f"(span {f['span_id']})")
+                lines.append(f"    [{escape(f['severity'])}] {escape(f['detector'])}: "
+                             f"{escape(f['message'] or f['event'], None)} (span {escape(f['span_id'])})")
     return "\n".join(lines) + "\n"
 
 

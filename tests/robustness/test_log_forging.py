@@ -9,7 +9,9 @@ Figures held, on a real ``otelloop serve`` in detect-only mode fed a looping ses
 one of otelloop's own (a timestamped log line, or one ``otelloop: [severity]`` line per finding counted
 in ``otelloop_findings_total``), 0 forged lines and 0 ESC bytes (before: 10 forged lines, 5 of them
 passing for otelloop ERROR lines, and 15 ESC bytes for the 5 findings of this session); and with an
-upstream that answers 400 quoting them, 0 ESC bytes and 0 other unsafe characters (before: 4 and 7).
+upstream that answers 400 quoting them, 0 ESC bytes and 0 other unsafe characters (before: 4 and 7);
+and ``otelloop analyze`` of a recording of that session prints its 6-line table with 0 forged lines
+(before: 11 lines, 5 of them forged).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import io
 import logging
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -132,3 +136,16 @@ def test_the_serve_formatter_escapes_messages_and_indents_tracebacks() -> None:
         "WARNING otelloop.test_forging", "ERROR otelloop.test_forging"]
     assert all(line.isprintable() for line in lines)
     assert "    2026-01-01 00:00:00,000 ERROR otelloop: FORGED line\\r" in lines  # kept inside the traceback
+
+
+def test_analyze_prints_recorded_span_content_escaped(tmp_path: Any) -> None:
+    """``otelloop analyze`` prints a table of what recordings hold: a recording cannot add lines to it."""
+    path = tmp_path / "recording.pb"
+    path.write_bytes(hostile_loop())
+    done = subprocess.run([sys.executable, "-m", "otelloop", "analyze", str(path)], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    assert b"\x1b" not in done.stdout and [c for c in UNSAFE if c in out] == []
+    lines = out.split("\n")[:-1]
+    assert lines[0].startswith("SESSION") and "planner\\n2026-01-01" in lines[1]  # the agent, escaped
+    assert all(line.startswith("    [") for line in lines[2:]) and len(lines) > 2
