@@ -16,11 +16,13 @@ and ``otelloop analyze`` of a recording of that session prints its 6-line table 
 
 from __future__ import annotations
 
+import ast
 import io
 import logging
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +32,7 @@ from served import http_call, wait_for
 from sinks import HttpSink, Reply
 from spans import request, tool_span
 
+import otelloop
 from otelloop.logs import EscapingFormatter, escape
 
 FORGE = ("\n2026-01-01 00:00:00,000 ERROR otelloop: FORGED line\r\n\x1b[2K\x1b[1A\x1b]0;FORGED title\x07"
@@ -149,3 +152,26 @@ def test_analyze_prints_recorded_span_content_escaped(tmp_path: Any) -> None:
     lines = out.split("\n")[:-1]
     assert lines[0].startswith("SESSION") and "planner\\n2026-01-01" in lines[1]  # the agent, escaped
     assert all(line.startswith("    [") for line in lines[2:]) and len(lines) > 2
+
+
+def _direct_writers() -> set[tuple[str, str]]:
+    """(module, function) of every call that writes to stdout or stderr other than through logging."""
+    root = Path(otelloop.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            for call in [n for n in ast.walk(func) if isinstance(n, ast.Call)]:
+                name = ast.unparse(call.func)
+                if name in ("print", "click.echo", "sys.stderr.write", "sys.stdout.write"):
+                    found.add((path.relative_to(root).as_posix(), func.name))
+    return found
+
+
+def test_span_values_reach_the_terminal_only_through_escaping_writers() -> None:
+    """Everything else goes through logging, whose ``serve`` formatter escapes every message. A new
+    direct writer must escape what it writes and be added here."""
+    allowed = {("service.py", "print_finding"),  # escapes every value (the detect-only test above)
+               ("cli.py", "_load"), ("cli.py", "analyze"), ("cli.py", "check_config"),  # render_table escapes
+               ("demo.py", "_print_finding"), ("demo.py", "run_demo")}  # the demo's own agent, not outside spans
+    assert _direct_writers() <= allowed
