@@ -114,3 +114,12 @@ def test_every_secret_field_is_masked_by_effective_config(path: str) -> None:
     raw: dict[str, Any] = {}
     _set(raw, path, value)
     assert "zz-secret-Zq8" not in yaml.safe_dump(effective_config(build_config(raw, env={})))
+
+
+def test_an_unreadable_agent_token_file_is_a_configuration_error(tmp_path: Path) -> None:
+    """Like every other file the configuration names: reported before any port opens (before, check-config
+    passed it and serve failed at start)."""
+    path = tmp_path / "otelloop.yaml"
+    path.write_text(yaml.safe_dump({"admin": {"agent_token_file": str(tmp_path / "missing.token")}}))
+    done = _check_config(path)
+    assert done.returncode == 2 and "admin.agent_token_file: no such file" in done.stderr
