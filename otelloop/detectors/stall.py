@@ -206,12 +206,13 @@ class Graph:
 class StallState:
     """Per-session state; the graph and the write buffer exist only once they are needed."""
 
-    __slots__ = ("graph", "halted", "seen", "writes")
+    __slots__ = ("content", "graph", "halted", "unjudged", "writes")
 
     def __init__(self) -> None:
         self.graph: Graph | None = None
         #: steps of the session so far that carried content, and tool steps that were unjudged
-        self.seen: tuple[int, int] = (0, 0)
+        self.content = 0
+        self.unjudged = 0
         #: recent tool writes: (start_ns, end_ns, hash of what was written)
         self.writes: list[tuple[int, int, int]] | None = None
         #: (cycle or node id, halt reason) already reported, oldest first
@@ -291,8 +292,9 @@ class StallDetector(Detector):
                 node.iterations += 1
         graph.turn_start, graph.turn_end = step.start_ns, step.end_ns
         progressed = node.turns > 0 and step.progress != node.progress
-        node.stale = node.stale + 1 if not progressed and _judgeable(node.seen, state.seen) else 0
-        node.progress, node.seen = step.progress, state.seen
+        seen = (state.content, state.unjudged)
+        node.stale = node.stale + 1 if not progressed and _judgeable(node.seen, seen) else 0
+        node.progress, node.seen = step.progress, seen
         if progressed and self.config.progress_aware:
             node.outputs = node.diffs = node.failures = ()
             node.failing = ()
@@ -409,14 +411,13 @@ class StallDetector(Detector):
 def _note_content(state: StallState, step: Step) -> None:
     """Count the step as carrying content (arguments, a result, an error message) or, for a tool step
     the progress tracker could not judge, as unjudged."""
-    content, unjudged = state.seen
     if step.kind == "tool":
         if step.novel is None:
-            state.seen = (content, unjudged + 1)
-            return
-        state.seen = (content + 1, unjudged)
+            state.unjudged += 1
+        else:
+            state.content += 1
     elif step.output_hash is not None or step.args_hash is not None or step.error_hash is not None:
-        state.seen = (content + 1, unjudged)
+        state.content += 1
 
 
 def _judgeable(before: tuple[int, int], now: tuple[int, int]) -> bool:
