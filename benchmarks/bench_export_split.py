@@ -6,7 +6,7 @@ Starts ``limited_sink.py`` (OTLP/gRPC with ``grpc.max_receive_message_length``, 
 and ``otelloop serve`` forwarding to it with every detector on, sends two requests over OTLP/gRPC and, once
 the export queue has drained, compares what the client had acknowledged with what the sink received:
 
-* ``identical``: 100,000 identical ``read_file`` tool spans (8.3 MB), which enrichment grows about eightfold;
+* ``identical``: 100,000 identical ``read_file`` tool spans (10.5 MB), which enrichment grows about sevenfold;
 * ``tools``: 60,000 tool spans over 600 traces (5.7 MB), over the limit before any enrichment.
 
 OTLP/HTTP runs with ``compression: none`` so the body as sent is the request itself.

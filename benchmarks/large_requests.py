@@ -1,8 +1,8 @@
 """Large OTLP requests for the robustness benchmarks, and a running ``otelloop serve`` to send them to.
 
 ``identical_tool_spans(n)`` is the worst case for enrichment: ``n`` identical ``read_file`` tool calls in one
-trace (83 bytes each on the wire), every one of which gets findings and attributes, so a request grows about
-eightfold on its way through. ``tool_spans(n)`` is a plainer agent workload: ``n`` tool calls of
+trace, each finding nothing (105 bytes each on the wire), every one of which gets findings and attributes, so
+a request grows about sevenfold on its way through. ``tool_spans(n)`` is a plainer agent workload: ``n`` tool calls of
 five tools over ``n // 100`` traces (about 100 bytes each).
 """
 
@@ -26,14 +26,16 @@ TOOLS = ("read_file", "search_web", "write_file", "run_shell", "list_directory")
 
 
 def identical_tool_spans(n: int) -> bytes:
-    """``n`` identical ``read_file`` tool spans of one trace (distinct span ids, no end time): 83 B/span."""
+    """``n`` identical ``read_file`` tool spans of one trace (distinct span ids, no end time), each with the
+    result ``[]``: 105 B/span. (Without a result they would be unjudged and get no finding.)"""
     request = ExportTraceServiceRequest()
     ss = request.resource_spans.add().scope_spans.add()
-    attribute = KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="read_file"))
+    attributes = [KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="read_file")),
+                  KeyValue(key="output.value", value=AnyValue(string_value="[]"))]
     for i in range(n):
         span = ss.spans.add(trace_id=(7).to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"),
                             name="read_file", start_time_unix_nano=T0)
-        span.attributes.append(attribute)
+        span.attributes.extend(attributes)
     return request.SerializeToString()
 
 

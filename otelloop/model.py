@@ -64,7 +64,8 @@ class Step:
     failing_tests: int | None = None
     failure_signature: str | None = None
     state_hash: str | None = None
-    #: Hash of the error text with its volatile parts normalised but its counts kept (None: no error).
+    #: Hash of the error text with its volatile parts normalised but its counts kept (None: no error, or
+    #: an error whose span names only its type: no status description, no exception message).
     error_hash: int | None = None
     #: What the result text says (``otelloop.mapping.results``: BLANK, FAILED bits); 0 when unknown.
     result_flags: int = 0

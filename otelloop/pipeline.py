@@ -506,7 +506,7 @@ def _remember_scores(session: Session, ctx: StepContext) -> None:
 class _Usage:
     """Per-request aggregation of step metrics, flushed once, so the hot path does not touch labels."""
 
-    __slots__ = ("metrics", "clock", "by_key", "findings", "entropy")
+    __slots__ = ("metrics", "clock", "by_key", "findings", "entropy", "unjudged")
 
     def __init__(self, metrics: Metrics, clock: Callable[[], float]) -> None:
         self.metrics = metrics
@@ -516,8 +516,13 @@ class _Usage:
         self.findings: Counter[tuple[str, str, str, str]] = Counter()
         #: entropy score -> steps of the request that got it (scores take few distinct values)
         self.entropy: dict[float, int] = {}
+        #: service -> tool steps of the request that carried nothing to judge them by
+        self.unjudged: Counter[str] = Counter()
 
     def add_findings(self, step: Step, ctx: StepContext) -> None:
+        """Tally what detecting ``step`` gave: its findings, its entropy score, and whether it was unjudged."""
+        if step.novel is None and step.kind == "tool":
+            self.unjudged[step.service] += 1
         if ctx.findings:
             for f in ctx.findings:
                 self.findings[(f.detector, f.finding, f.severity, step.service)] += 1
@@ -543,6 +548,8 @@ class _Usage:
                     m.cost_counter(service_l, model_l, now).inc(usd)
         for (detector, finding, severity, service), n in self.findings.items():
             m.finding_counter(detector, finding, severity, svc(service, now), now).inc(n)
+        for service, n in self.unjudged.items():
+            m.unjudged_counter(svc(service, now), now).inc(n)
         if self.entropy:
             m.entropy_score.observe_counts(self.entropy)
 

@@ -9,14 +9,18 @@ judgement, made once per step before the detectors run, and written on the step:
   compared by their canonical hash, so per-call ids and timings do not count as new), when a write gives
   a file content it has not had before, or when an error is a new one; False when the result repeats an
   earlier one or says nothing (``no results``); None when the step has no result to judge (LLM and agent
-  steps, tools whose spans carry no output).
+  steps, and **unjudged** tool steps: spans that carry no result, no effect known from their arguments
+  and no error message — content capture is off in most instrumentations by default). An unjudged step
+  is neither progress nor evidence of a loop: it breaks the runs below, so detectors never conclude
+  "the same again" from a tool's name alone.
 - ``Step.repeats``: how many times in a row this same call (tool and arguments) has now given this same
   result, counting occurrences of the call wherever they fall in the session (1 for a first result);
   ``Step.tool_repeats`` the same for the tool whatever its arguments, for results that say nothing or
   report a failure (searches worded differently that all find nothing give one tool the same result
   again and again; a batch of different calls acknowledged alike does not count).
 - ``Step.progress``: how many steps of the session have brought something new so far, and
-  ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new.
+  ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new (an unjudged step
+  ends the row: nothing says it brought nothing).
 
 State per session is one small integer array (results remembered, recent calls), bounded whatever the
 session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as new again.
@@ -78,9 +82,17 @@ def observe(state: array[int], step: Step) -> None:
             else:
                 state[_STALE] += 1
         else:
+            # Unjudged: what came back is unknown, so this call's run and its tool's run start again.
             step.repeats = _remember_call(state, call, 0)
+            _forget_call(state, hash(step.name) & _MASK64)
+            state[_STALE] = 0
     step.progress = state[_COUNT]
     step.stale = state[_STALE]
+
+
+def unjudged(step: Step) -> bool:
+    """A tool step whose span said nothing to judge it by (see :func:`observe`); set once observed."""
+    return step.kind == "tool" and step.novel is None
 
 
 def results_kept(state: array[int]) -> int:
@@ -107,9 +119,17 @@ def _result_key(step: Step) -> int | None:
     that only acknowledges the action by the call's arguments, and any other result by its canonical
     hash, whichever tool returned it. Keys are stable hashes (they are shown on findings, and replicas
     and replays must agree on them).
+
+    None — the step is unjudged — when only the tool's name would be left to identify it: no result, a
+    write or an acknowledgement whose arguments are unknown, an error that names only its type (an
+    ``error.type``, a bare error status) and has no result either. An error with a message (a status
+    description, an exception message) is identified by it: instrumentations record those whether or
+    not they capture content.
     """
     if step.outcome == "error":
-        return _stable("error", step.name, step.error_hash)
+        if step.error_hash is not None:
+            return _stable("error", step.name, step.error_hash)
+        return step.output_hash
     if step.tool_class == "write":
         if step.content_hash is not None:
             return _stable("file", step.file_path, step.content_hash)
@@ -117,11 +137,11 @@ def _result_key(step: Step) -> int | None:
             # An edit and the edit that undoes it change the file between the same two versions.
             pair = sorted((step.edit_old_hash or 0, step.edit_new_hash or 0))
             return _stable("edit", step.file_path, *pair)
-        return _stable("write", step.name, step.args_hash)
+        return None if step.args_hash is None else _stable("write", step.name, step.args_hash)
     if step.result_flags & BLANK:
         return _stable("blank", step.name)
     if step.result_flags & ACK:  # an acknowledged action is identified by what it was asked to do
-        return _stable("ack", step.name, step.args_hash)
+        return None if step.args_hash is None else _stable("ack", step.name, step.args_hash)
     return step.output_hash
 
 
@@ -160,6 +180,14 @@ def _remember_call(state: array[int], call: int, key: int) -> int:
     if len(state) - start > 2 * MAX_CALLS:
         del state[start:start + 2]
     return run
+
+
+def _forget_call(state: array[int], call: int) -> None:
+    """Drop ``call``'s remembered result, if any: its next result starts a new run."""
+    start = _HEADER + state[_SEEN]
+    i = _find(state, call, start, len(state), 2)
+    if i >= 0:
+        del state[i:i + 2]
 
 
 def _find(state: array[int], value: int, begin: int, end: int, stride: int) -> int:

@@ -66,7 +66,7 @@ class Session:
     __slots__ = (
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
-        "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress",
+        "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -104,6 +104,8 @@ class Session:
         self.history: tuple[tuple[int, str, str], ...] = ()
         #: what the session's steps brought that was new (``otelloop.progress``); None until a step
         self.progress: ProgressState | None = None
+        #: tool steps whose spans carried nothing to judge them by (no result, no error message)
+        self.unjudged = 0
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""

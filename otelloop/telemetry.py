@@ -4,7 +4,7 @@ The same table generates the metrics reference (``docs/metrics.md``, by ``script
 and drives the metrics tests, so the three cannot disagree.
 
 Labels are bounded: no trace, session or span ids ever. The families labelled by service or model
-(steps, findings, tokens, cost) are bounded twice (see docs/metrics.md, "Bounded series"): each of those
+(steps, unjudged steps, findings, tokens, cost) are bounded twice (see docs/metrics.md, "Bounded series"): each of those
 labels keeps at most ``metrics.max_label_values`` distinct values, the rest reported as ``other``, and
 the families together hold at most ``metrics.max_series`` series, a new combination beyond it counted
 under ``other``. A value or series unseen for ``metrics.label_idle_timeout`` gives up its place when a new
@@ -256,6 +256,12 @@ METRICS: tuple[MetricSpec, ...] = (
                attribute="request_duration", buckets=_LATENCY_BUCKETS),
     MetricSpec("otelloop_steps", "counter", ("kind", "service"),
                "Agent steps recognised, by kind and service.", attribute="steps"),
+    MetricSpec("otelloop_steps_unjudged", "counter", ("service",),
+               "Tool steps whose spans carried nothing to judge them by, by service.",
+               "No result, no effect known from the arguments, no error message: the agent's instrumentation "
+               "does not capture content (docs/mapping.md, \"Turning content capture on\"). Such a step is "
+               "neither progress nor evidence of a loop. Counted while detectors run.",
+               attribute="steps_unjudged"),
     MetricSpec("otelloop_findings", "counter", ("detector", "finding", "severity", "service"),
                "Detector findings.", "`finding` is the span event name without `otelloop.`.",
                attribute="findings"),
@@ -385,6 +391,7 @@ class Metrics:
     export_duration: Histogram
     request_duration: Histogram
     steps: Counter
+    steps_unjudged: Counter
     findings: Counter
     sessions_evicted: Counter
     entropy_score: TallyHistogram
@@ -428,6 +435,9 @@ class Metrics:
     def step_counter(self, kind: str, service: str, now: float) -> Any:
         return self.series.child("steps", self.steps, (kind, service), _CAPPED_SERVICE_AT_1, now)
 
+    def unjudged_counter(self, service: str, now: float) -> Any:
+        return self.series.child("steps_unjudged", self.steps_unjudged, (service,), _CAPPED_SERVICE_AT_0, now)
+
     def finding_counter(self, detector: str, finding: str, severity: str, service: str, now: float) -> Any:
         return self.series.child("findings", self.findings, (detector, finding, severity, service),
                                  _CAPPED_SERVICE_AT_3, now)
@@ -448,6 +458,7 @@ class Metrics:
 
 
 _SERVICE, _MODEL = 0, 1
+_CAPPED_SERVICE_AT_0 = ((0, _SERVICE),)
 _CAPPED_SERVICE_AT_1 = ((1, _SERVICE),)
 _CAPPED_SERVICE_AT_3 = ((3, _SERVICE),)
 _CAPPED_TOKENS = ((1, _SERVICE), (2, _MODEL))

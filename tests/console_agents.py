@@ -82,3 +82,29 @@ def hostile_agent(grpc_endpoint: str, service: str = "hostile-agent") -> str:
         trace_id = format(root.get_span_context().trace_id, "032x")
     p.shutdown()
     return trace_id
+
+
+def support_agent_without_content(grpc_endpoint: str, service: str = "support-agent", reservations: int = 9) -> str:
+    """A support agent reading ``reservations`` different reservations, instrumented as OTel GenAI
+    instrumentations do by default: operation, model, tool name and call id, tokens — no arguments, no
+    results, no messages. Returns its session (trace) id."""
+    p = provider(grpc_endpoint, service)
+    tracer = p.get_tracer("console-test")
+    with tracer.start_as_current_span("invoke_agent support") as root:
+        root.set_attribute("gen_ai.operation.name", "invoke_agent")
+        root.set_attribute("gen_ai.agent.name", "support")
+        for i in range(reservations + 1):
+            with tracer.start_as_current_span("chat gpt-4o") as chat:
+                chat.set_attribute("gen_ai.operation.name", "chat")
+                chat.set_attribute("gen_ai.request.model", "gpt-4o")
+                chat.set_attribute("gen_ai.usage.input_tokens", 900 + 40 * i)
+                chat.set_attribute("gen_ai.usage.output_tokens", 30)
+            if i == reservations:
+                break
+            with tracer.start_as_current_span("execute_tool get_reservation_details") as call:
+                call.set_attribute("gen_ai.operation.name", "execute_tool")
+                call.set_attribute("gen_ai.tool.name", "get_reservation_details")
+                call.set_attribute("gen_ai.tool.call.id", f"call_{i:04d}")
+        trace_id = format(root.get_span_context().trace_id, "032x")
+    p.shutdown()
+    return trace_id

@@ -17,7 +17,14 @@ from typing import Any
 
 import extras
 import pytest
-from console_agents import HOSTILE_TOOL, SECRET, healthy_agent, hostile_agent, looping_agent
+from console_agents import (
+    HOSTILE_TOOL,
+    SECRET,
+    healthy_agent,
+    hostile_agent,
+    looping_agent,
+    support_agent_without_content,
+)
 from served import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -153,3 +160,20 @@ def test_console_without_a_token_on_loopback_and_disabled(serve: Any, page: Any)
     off = serve({"console": {"enabled": False}})
     assert off.get("/")[0] == 404 and off.get("/console/console.js")[0] == 404
     assert off.get("/v1/sessions")[0] == 200  # the API does not depend on the page
+
+
+def test_console_shows_how_many_tool_steps_went_unjudged(serve: Any, page: Any) -> None:
+    """An agent whose spans carry no content: its session says so, and nothing alerts on it."""
+    served = serve()
+    session = support_agent_without_content(served.grpc)
+    wait_for(lambda: served.metric("otelloop_steps_unjudged_total", {"service": "support-agent"}) == 9,
+             what="nine unjudged tool steps counted")
+    page.goto(f"http://{served.admin}/")
+    row = page.locator(f'#sessions tbody tr[data-session="{session}"]')
+    row.click()
+    detail = page.locator("#detail")
+    unjudged = detail.locator("dd.unjudged")
+    unjudged.wait_for()
+    assert unjudged.inner_text() == "9"
+    assert "content capture" in (unjudged.get_attribute("title") or "")
+    assert page.locator("#alerts > li").count() == 0

@@ -72,23 +72,23 @@ def test_every_step_span_carries_the_verdict_and_other_spans_are_untouched() -> 
 
 def test_findings_become_events_on_the_triggering_span() -> None:
     p = Pipeline()
-    spans = [tool_span(trace=5, i=i) for i in range(4)]
+    spans = [tool_span(trace=5, i=i) for i in range(5)]
     out = parse(p.process(p.decode(request(*spans))).data)
     names = [[n for n, _ in events_of(s)] for s in out]
-    assert "otelloop.divergence_suspected" in names[2]
-    assert "otelloop.divergence_suspected" not in names[0] + names[1] + names[3]
-    ev = dict(events_of(out[2]))["otelloop.divergence_suspected"]
+    assert "otelloop.divergence_suspected" in names[3]
+    assert "otelloop.divergence_suspected" not in names[0] + names[1] + names[2] + names[4]
+    ev = dict(events_of(out[3]))["otelloop.divergence_suspected"]
     assert ev["otelloop.detector"] == "divergence" and ev["otelloop.severity"] == "warn"
     assert ev["otelloop.session_id"] == format(5, "032x") and ev["otelloop.agent_id"] == "agent-svc"
-    assert ev["otelloop.repeat_count"] == 3
-    assert out[2].events[0].time_unix_nano == out[2].end_time_unix_nano
+    assert ev["otelloop.repeat_count"] == 4
+    assert {e.time_unix_nano for e in out[3].events} == {out[3].end_time_unix_nano}
 
 
 def test_findings_across_requests_keep_session_state() -> None:
     p = Pipeline()
-    results = [p.process(p.decode(request(tool_span(trace=9, i=i)))) for i in range(3)]
-    assert [len(r.findings) for r in results][:2] == [0, 0]
-    assert any(f.event == "otelloop.divergence_suspected" for _, f in results[2].findings)
+    results = [p.process(p.decode(request(tool_span(trace=9, i=i)))) for i in range(4)]
+    assert [len(r.findings) for r in results][:3] == [0, 0, 0]
+    assert any(f.event == "otelloop.divergence_suspected" for _, f in results[3].findings)
 
 
 def test_a_detector_living_in_the_tests_plugs_in_without_other_changes(plugin: None) -> None:
@@ -105,12 +105,12 @@ def test_a_detector_living_in_the_tests_plugs_in_without_other_changes(plugin: N
 
 def test_a_failing_detector_loses_no_span_and_is_counted(plugin: None) -> None:
     p = Pipeline()
-    data = request(*[tool_span(trace=3, i=i) for i in range(3)])
+    data = request(*[tool_span(trace=3, i=i) for i in range(4)])
     out = p.process(p.decode(data))
     spans = parse(out.data)
-    assert len(spans) == 3 and all(attrs_of(s)["otelloop.verdict"] for s in spans)
+    assert len(spans) == 4 and all(attrs_of(s)["otelloop.verdict"] for s in spans)
     assert any(f.detector == "divergence" for _, f in out.findings)
-    assert p.metrics.registry.get_sample_value("otelloop_detector_errors_total", {"detector": "exploding"}) == 3
+    assert p.metrics.registry.get_sample_value("otelloop_detector_errors_total", {"detector": "exploding"}) == 4
 
 
 def test_authoritative_entropy_score_replaces_the_agents_value() -> None:

@@ -135,3 +135,25 @@ def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[in
     begin = min(begin, len(values))
     expected = next((i for i in range(begin, len(values), stride) if values[i] == value), -1)
     assert progress._find(state, value, begin, len(values), stride) == expected
+
+
+def test_a_step_known_only_by_its_name_is_unjudged() -> None:
+    """No result; a write or an acknowledgement whose arguments are unknown; an error that names only its
+    type: the tool's name is all that is left, and a name is no evidence."""
+    steps = [make_step("lookup"),
+             make_step("write_file", tool_class="write"),
+             make_step("save_note", output_hash=hash_text("ok"), result_flags=ACK),
+             make_step("charge_card", outcome="error", result_flags=FAILED)]
+    assert [n for n, *_ in judged(*steps)] == [None, None, None, None]
+    assert all(progress.unjudged(s) and s.result is None for s in steps)
+    described = make_step("charge_card", outcome="error", error_hash=hash_text("card declined"),
+                          result_flags=FAILED)
+    assert judged(described)[0][0] is True and not progress.unjudged(described)
+
+
+def test_an_unjudged_step_ends_the_runs_of_its_call_and_its_tool_and_the_stale_row() -> None:
+    blank = {"result_flags": BLANK}
+    steps = [tool("search", 1, 0, **blank), tool("search", 1, 0, **blank), tool("search", 1, None),
+             tool("search", 1, 0, **blank), tool("search", 2, 0, **blank)]
+    assert judged(*steps) == [(False, 1, 1, 1), (False, 2, 2, 2), (None, 1, 0, 0), (False, 1, 1, 1),
+                              (False, 1, 2, 2)]

@@ -234,7 +234,7 @@ def test_sigterm_with_a_full_queue_drains_it(serve: Any, loop: BackgroundLoop) -
 
 def test_detect_only_mode_prints_findings(serve: Any) -> None:
     o = serve({})
-    grpc_export(o.grpc, request(*[tool_span(trace=77, i=i) for i in range(3)]))
+    grpc_export(o.grpc, request(*[tool_span(trace=77, i=i) for i in range(4)]))
     wait_for(lambda: "divergence_suspected" in o.stderr, what="finding on stderr")
     line = next(x for x in o.stderr.splitlines() if "divergence_suspected" in x)
     assert "[warn]" in line and format(77, "032x") in line and "search_web" in line

@@ -280,6 +280,10 @@
       el("dt", {}, "Loop score"), el("dd", {}, num(s.loop_score, 2)),
       el("dt", {}, "Entropy"), el("dd", {}, num(s.entropy_score, 2) + (s.entropy_severity ? " " + s.entropy_severity : "")),
       el("dt", {}, "Steps"), el("dd", {}, String(s.steps)),
+      el("dt", {}, "Unjudged tool steps"),
+      el("dd", {class: "unjudged", title: "Tool steps whose spans carried no result and no error message: " +
+                "neither progress nor evidence of a loop. Turn content capture on in the agent's instrumentation."},
+         String(s.unjudged_steps || 0)),
       el("dt", {}, "Cost"), el("dd", {}, "$" + num(s.cost_usd, 4))));
 
     const findings = el("ol", {class: "findings"});

@@ -2,7 +2,9 @@
 
 This module owns the consecutive-repeat check, its configuration and its per-session state. It fires
 early and cheaply on the commonest stuck loop (``search, search, search``); alternating and
-near-duplicate patterns are left to the ``trajectory`` and ``stall`` detectors.
+near-duplicate patterns are left to the ``trajectory`` and ``stall`` detectors. Progress-aware (the
+default profile) it counts among the session's tool steps only — a ReAct agent's model turns between
+its tool calls are not in the way, and chat turns are never counted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from otelloop.model import Finding, Step
 
 #: Threshold of a step kind that ``thresholds`` does not name: larger than any sensible window, so never.
 OTHER_KINDS_THRESHOLD = 999
-DEFAULT_THRESHOLDS: dict[str, int] = {"tool": 3, "llm": 5, "system": OTHER_KINDS_THRESHOLD}
+DEFAULT_THRESHOLDS: dict[str, int] = {"tool": 4, "llm": 5, "system": OTHER_KINDS_THRESHOLD}
+#: The seed profile's thresholds: three identical tool steps in a row.
+SEED_THRESHOLDS: dict[str, int] = {"tool": 3, "llm": 5, "system": OTHER_KINDS_THRESHOLD}
 #: Signatures remembered as already reported in one session. Beyond it the oldest is forgotten, which
 #: at worst repeats one event for a session that has already diverged on this many distinct steps.
 MAX_EMITTED = 64
@@ -30,10 +34,17 @@ class DivergenceConfig(DetectorConfig):
         window: how many recent step signatures are looked at; a repeat run longer than this counts as
             ``window``, so a threshold above it can never fire. Default: 8.
         thresholds: step kind → consecutive identical steps that fire. Kinds you do not list keep their
-            default; kinds that have none use 999. Default: ``{tool: 3, llm: 5, system: 999}``.
-        progress_aware: a step that brought something new (a result not seen before in the session)
-            starts the run afresh, so a batch of reads of different files or a polled status that keeps
-            changing is not a repeat. Default: true.
+            default; kinds that have none use 999. Progress-aware, the first step of a run may have
+            brought something new, so ``tool: 4`` is a result seen three times more. Default:
+            ``{tool: 4, llm: 5, system: 999}``.
+        progress_aware: repeats are counted among the session's tool steps only, and only those that
+            brought nothing new: a step of another kind between two tool calls (the model's turn in a
+            ReAct agent) neither counts nor breaks the run, so LLM turns — conversations with a person
+            answering in between — never make one; a tool step that brought something new (a result not
+            seen before in the session) starts the run afresh, so a batch of reads of different files
+            or a polled status that keeps changing is not a repeat; a tool step whose span carries
+            nothing to judge it by (no result, no error message) ends the run, since its name alone
+            says nothing. Default: true.
     """
 
     window: int = Field(8, ge=1)
@@ -76,13 +87,16 @@ class DivergenceDetector(Detector):
 
     name: ClassVar[str] = "divergence"
     Config: ClassVar[type[DetectorConfig]] = DivergenceConfig
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False}}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False,
+                                                              "thresholds": SEED_THRESHOLDS}}
     config: DivergenceConfig
 
     def new_state(self) -> DivergenceState:
         return DivergenceState()
 
     def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
+        if self.config.progress_aware and step.kind != "tool":
+            return
         count = self._extend_run(state, step)
         threshold = self.config.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)
         if count < threshold:
@@ -105,6 +119,9 @@ class DivergenceDetector(Detector):
 
     def _extend_run(self, state: DivergenceState, step: Step) -> int:
         """Add ``step`` to the run and return the suffix count within the configured window."""
+        if self.config.progress_aware and step.novel is None:  # unjudged: no evidence, the run ends
+            state.kind, state.name, state.run = "", "", 0
+            return 0
         if step.kind == state.kind and step.name == state.name and not (self.config.progress_aware and step.novel):
             # Capping here also applies a window shrunk by a reload to a run counted under the old one.
             state.run = min(state.run + 1, self.config.window)

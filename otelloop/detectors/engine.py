@@ -60,6 +60,8 @@ class DetectorEngine:
         if session.progress is None:
             session.progress = progress.new_state()
         progress.observe(session.progress, step)
+        if progress.unjudged(step):
+            session.unjudged += 1
         states = session.states
         if len(states) < self._width:
             states.extend([None] * (self._width - len(states)))

@@ -32,9 +32,12 @@ class EntropyConfig(DetectorConfig):
         warning_threshold: a score strictly below it is WARNING; at or above it NORMAL. Default: 0.50.
         authoritative_attribute: span attribute holding an agent's self-reported score, replaced by
             the computed one when present; null leaves spans alone. Default: ``cognition.entropy_score``.
-        progress_aware: two steps count as the same action only when their results are the same too
-            (for tool steps, the result or the file version they produced), so reading ten different
-            files is ten different actions. Default: true.
+        progress_aware: the window holds the session's tool steps only, so a ReAct agent's model turns
+            between its tool calls do not dilute it and chat turns never fill it; two steps count as the
+            same action only when their results are the same too (the result or the file version they
+            produced), so reading ten different files is ten different actions; a tool step whose span
+            carries nothing to judge it by (no result, no error message) is left out. Steps left out
+            still get the score as it stands. Default: true.
     """
 
     window: int = Field(5, ge=1)
@@ -118,15 +121,21 @@ class EntropyDetector(Detector):
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
-        entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
-                                 else (step.intent, step.name, step.outcome))
-        state.window = (*state.window, entry)[-cfg.window:]
+        counted = not cfg.progress_aware or (step.kind == "tool" and step.novel is not None)
+        if counted:
+            entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
+                                     else (step.intent, step.name, step.outcome))
+            state.window = (*state.window, entry)[-cfg.window:]
+        elif len(state.window) > cfg.window:  # a reload shrank the window
+            state.window = state.window[-cfg.window:]
         value = score(state.window)
         severity = self.classify(value)
         ctx.set_attribute("otelloop.entropy_score", value)
         ctx.set_attribute("otelloop.entropy_severity", severity)
         if cfg.authoritative_attribute:
             ctx.overwrite_attribute(cfg.authoritative_attribute, value)
+        if not counted:  # the score as it stands; only a counted step alerts or changes the vote
+            return
         if severity == "loop":
             self._alert(state.window, value, ctx)
         else:

@@ -81,8 +81,10 @@ class StallConfig(DetectorConfig):
         budgets: ``strict``: a turn over a budget halts; ``no_progress``: a turn over a budget halts
             only after ``stale_turns`` turns of the node in a row without progress in the session, so a
             budget left at its built-in value stops an agent that spends turns without result, not an
-            agent that is simply working for long. A budget written in the configuration file is always
-            strict. Default: ``no_progress``.
+            agent that is simply working for long. A turn counts as without progress only when the
+            steps since the node's previous turn carried content to judge (arguments, results, error
+            messages) and no tool step among them went unjudged. A budget written in the configuration
+            file is always strict. Default: ``no_progress``.
         stale_turns: turns of a node in a row without progress after which an exceeded budget halts
             under ``budgets: no_progress``. Default: 3.
     """
@@ -121,6 +123,7 @@ class NodeStats:
         "outputs",
         "progress",
         "runtime_ns",
+        "seen",
         "stale",
         "turns",
     )
@@ -139,9 +142,12 @@ class NodeStats:
         self.failures: tuple[str | None, ...] = ()
         self.failing: tuple[int | None, ...] = ()
         #: the session's progress count (``Step.progress``) at this node's latest turn, and the node's
-        #: turns in a row (up to the latest) after which it had not grown
+        #: turns in a row (up to the latest) after which it had not grown, each with something to judge
+        #: (see :func:`_judgeable`; a turn without breaks the row)
         self.progress = 0
         self.stale = 0
+        #: the session's (steps that carried content, unjudged tool steps) at this node's latest turn
+        self.seen: tuple[int, int] = (0, 0)
 
 
 class Cycle:
@@ -200,10 +206,13 @@ class Graph:
 class StallState:
     """Per-session state; the graph and the write buffer exist only once they are needed."""
 
-    __slots__ = ("graph", "halted", "writes")
+    __slots__ = ("content", "graph", "halted", "unjudged", "writes")
 
     def __init__(self) -> None:
         self.graph: Graph | None = None
+        #: steps of the session so far that carried content, and tool steps that were unjudged
+        self.content = 0
+        self.unjudged = 0
         #: recent tool writes: (start_ns, end_ns, hash of what was written)
         self.writes: list[tuple[int, int, int]] | None = None
         #: (cycle or node id, halt reason) already reported, oldest first
@@ -239,6 +248,7 @@ class StallDetector(Detector):
         return StallState()
 
     def observe(self, state: StallState, step: Step, ctx: StepContext) -> None:
+        _note_content(state, step)
         if step.kind != "system":
             _note_work(state, step)
             return
@@ -282,8 +292,9 @@ class StallDetector(Detector):
                 node.iterations += 1
         graph.turn_start, graph.turn_end = step.start_ns, step.end_ns
         progressed = node.turns > 0 and step.progress != node.progress
-        node.stale = 0 if progressed else node.stale + 1
-        node.progress = step.progress
+        seen = (state.content, state.unjudged)
+        node.stale = node.stale + 1 if not progressed and _judgeable(node.seen, seen) else 0
+        node.progress, node.seen = step.progress, seen
         if progressed and self.config.progress_aware:
             node.outputs = node.diffs = node.failures = ()
             node.failing = ()
@@ -395,6 +406,26 @@ class StallDetector(Detector):
                        for c in cycles.values()],
             "halted": [f"{loop_id}: {reason}" for loop_id, reason in state.halted or ()],
         }
+
+
+def _note_content(state: StallState, step: Step) -> None:
+    """Count the step as carrying content (arguments, a result, an error message) or, for a tool step
+    the progress tracker could not judge, as unjudged."""
+    if step.kind == "tool":
+        if step.novel is None:
+            state.unjudged += 1
+        else:
+            state.content += 1
+    elif step.output_hash is not None or step.args_hash is not None or step.error_hash is not None:
+        state.content += 1
+
+
+def _judgeable(before: tuple[int, int], now: tuple[int, int]) -> bool:
+    """Whether a node's turn without progress counts as a stale turn: since its previous turn (this
+    turn's own span included) some step carried content and no tool step went unjudged. Without
+    content nothing says the node made no progress, so a budget waiting for stale turns does not halt
+    on names alone (a budget written in the configuration still does)."""
+    return now[0] != before[0] and now[1] == before[1]
 
 
 def _note_work(state: StallState, step: Step) -> None:

@@ -93,7 +93,8 @@ class TrajectoryConfig(DetectorConfig):
         progress_aware: loop types count only steps that brought nothing new (a result seen before
             in the session, a result that says nothing, a write that restores a version the file had),
             so repetition with progress — batches, polling that completes, retries that succeed — is
-            not a loop; repeated calls of one tool that bring nothing new count as repeats in
+            not a loop; a step whose span carries nothing to judge it by (no result, no error message)
+            is no evidence either; repeated calls of one tool that bring nothing new count as repeats in
             substance even when their arguments are worded differently; calls on different files or
             commands are never similar. Default: true.
         min_repeats: identical calls in a row that make a stutter (progress-aware: times a call has
@@ -212,7 +213,9 @@ class TrajectoryDetector(Detector):
             state.history = state.history[-cfg.history:]
         entry = _interned(self._entry(step))
         _note_agent(state, entry.agent)
-        if cfg.progress_aware and entry.novel:  # something new came back: whatever repeats here is work
+        if cfg.progress_aware and entry.novel is not False:
+            # Something new came back (whatever repeats here is work), or nothing says what came back
+            # (an unjudged step: its name alone is no evidence).
             state.phantom_run = 0
             signals: dict[str, _Signal] = {}
             state.history = (*state.history, entry)[-cfg.history:]
@@ -282,7 +285,7 @@ class TrajectoryDetector(Detector):
             return None
         cfg = self.config
         aware = cfg.progress_aware
-        past = [e for e in history if e.descriptor is not None and not (aware and e.novel)]
+        past = [e for e in history if e.descriptor is not None and not (aware and e.novel is not False)]
         if len(past) < cfg.min_repeats:
             return None
         sims = self._backend.similarities(entry.descriptor, [e.descriptor or "" for e in past])
@@ -401,8 +404,8 @@ def _ping_pong(entries: list[_Entry], multi_agent: bool, aware: bool) -> _Signal
         reps = _repetitions(ids, n)
         if reps < 2 or _states_all_differ(entries[-2 * n:]):
             continue
-        if aware and any(e.novel for e in entries[-n:]):
-            continue
+        if aware and (any(e.novel for e in entries[-n:]) or any(e.novel is None for e in entries[-2 * n:])):
+            continue  # the last round brought something new, or a step of the two rounds is unjudged
         # Progress-aware, a round of three or more calls that all repeat the round before, result for
         # result, is full evidence at its first repetition; two calls taking turns need a third round.
         full = 2 if aware and n >= 3 else 3

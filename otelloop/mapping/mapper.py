@@ -147,6 +147,12 @@ def _error_text(info: SpanInfo, error_type: str | None) -> str:
     return "|".join([error_type or "", info.status_message, *(exc if exc is not None else ())])
 
 
+def _says_what_failed(info: SpanInfo) -> bool:
+    """The span describes its failure (a status description, an exception message), beyond its type."""
+    exc = info.exception
+    return bool(info.status_message or (exc is not None and exc[1]))
+
+
 def _metadata_kind(raw: str) -> str | None:
     """``otelloop.step.kind`` declared inside an OpenInference ``metadata`` JSON (e.g. LangGraph node metadata)."""
     if "otelloop.step.kind" not in raw:
@@ -373,6 +379,8 @@ class Mapper:
             text = _error_text(info, error_type)
             step.error_signature = error_signature(text)
             step.error_hash, step.result_flags = self.canonical.error(text)
+            if not _says_what_failed(info):  # a type alone is a class of failures, not one failure
+                step.error_hash = None
         elif empty:
             step.outcome = "empty"
         if step.kind == "tool":

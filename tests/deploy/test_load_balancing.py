@@ -90,9 +90,9 @@ def build_session(kind: str, n: int, rnd: random.Random) -> Session:
         s.chat(300, 40, 0.001)
         for _ in range(5 + n % 3):
             s.tool("search_web", {"query": f"status of ticket {n}"}, "no results")
-    elif kind == "entropy":  # the same tool, new arguments, same empty outcome: entropy LOOP
+    elif kind == "entropy":  # the same tool, new arguments, the same "not found" each time: entropy LOOP
         for i in range(6):
-            s.tool("lookup_order", {"order_id": 1000 * n + i}, result=None)
+            s.tool("lookup_order", {"order_id": 1000 * n + i}, result="order not found")
     elif kind == "read_loop":  # the same file read over and over, nothing written
         for i in range(4):
             s.tool("read_file", {"path": f"src/module_{n}.py"}, f"def f_{n}(): pass")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from otelloop.config import build_config
 from otelloop.detectors.divergence import MAX_EMITTED, DivergenceConfig
 from otelloop.model import Finding
 from tests.helpers import SeedRun, make_step
@@ -90,5 +91,8 @@ def test_summary() -> None:
 
 
 def test_config_defaults_match_spec() -> None:
+    """The seed profile keeps the strict thresholds; the default profile waits for a fourth tool step."""
+    seed = build_config({"detectors": {"profile": "seed"}}, env={}).detectors["divergence"]
+    assert (seed.enabled, seed.window, seed.thresholds) == (True, 8, {"tool": 3, "llm": 5, "system": 999})
     cfg = DivergenceConfig()
-    assert (cfg.enabled, cfg.window, cfg.thresholds) == (True, 8, {"tool": 3, "llm": 5, "system": 999})
+    assert (cfg.enabled, cfg.window, cfg.thresholds) == (True, 8, {"tool": 4, "llm": 5, "system": 999})

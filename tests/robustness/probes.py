@@ -26,15 +26,17 @@ NO_DETECTORS = {name: {"enabled": False} for name in ("divergence", "rate", "dri
 
 
 def identical_tool_spans(n: int, first_id: int = 1, trace: int = 7) -> bytes:
-    """``n`` identical ``read_file`` tool spans of one trace (distinct span ids): 83 bytes each, and every
-    one gets findings and attributes, so the request grows about eightfold through enrichment."""
+    """``n`` identical ``read_file`` tool spans of one trace (distinct span ids), each finding nothing
+    (``[]``): 105 bytes each, and every one gets findings and attributes, so the request grows about
+    sevenfold through enrichment. (A span without a result would be unjudged and get no finding.)"""
     request = ExportTraceServiceRequest()
     ss = request.resource_spans.add().scope_spans.add()
-    attribute = KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="read_file"))
+    attributes = [KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="read_file")),
+                  KeyValue(key="output.value", value=AnyValue(string_value="[]"))]
     for i in range(n):
         span = ss.spans.add(trace_id=trace.to_bytes(16, "big"), span_id=(first_id + i).to_bytes(8, "big"),
                             name="read_file", start_time_unix_nano=T0)
-        span.attributes.append(attribute)
+        span.attributes.extend(attributes)
     return request.SerializeToString()
 
 
