@@ -653,6 +653,17 @@ class Failure:
         klass, _, name = test.rpartition("::")
         return cls(file, name, message.strip(), klass)
 
+    @property
+    def text(self) -> str:
+        """The failure's message without Python's exception name, which other runners would not print."""
+        return self.message.removeprefix("AssertionError: ")
+
+    @property
+    def method(self) -> str:
+        """The test's name as a Java, PHP or C# test method (``test_no_domain`` → ``testNoDomain``)."""
+        camel = _camel(self.name)
+        return camel[:1].lower() + camel[1:]
+
     def klass(self, suffix: str = "Test") -> str:
         """The class a runner of a class-based language would report the test in."""
         return self.cls or f"{_camel(_module(self.file))}{suffix}"
@@ -738,9 +749,9 @@ def render_maven(t: TestRun) -> str:
         out.append(f"[ERROR] Tests run: {len(fails)}, Failures: {len(fails)}, Errors: 0, Skipped: 0, "
                    f"Time elapsed: 0.0{_ms(cls, 10, 99)} s <<< FAILURE! -- in {cls}")
         for f in fails:
-            out.append(f"[ERROR] {cls}.{f.name} -- Time elapsed: 0.00{_ms(f.name, 1, 9)} s <<< FAILURE!")
-            out.append(f"org.opentest4j.AssertionFailedError: {f.message}")
-            out.append(f"\tat {cls}.{f.name}({f.klass()}.java:{_ms(f.name, 5, 60)})")
+            out.append(f"[ERROR] {cls}.{f.method} -- Time elapsed: 0.00{_ms(f.name, 1, 9)} s <<< FAILURE!")
+            out.append(f"org.opentest4j.AssertionFailedError: {f.text}")
+            out.append(f"\tat {cls}.{f.method}({f.klass()}.java:{_ms(f.name, 5, 60)})")
             out.append("")
     if t.passed:
         out.append("[INFO] Running com.example.SuiteTest")
@@ -751,7 +762,7 @@ def render_maven(t: TestRun) -> str:
         out.append("[ERROR] Failures: ")
         for cls, fails in classes.items():
             for f in fails:
-                out.append(f"[ERROR]   {cls.rsplit('.', 1)[1]}.{f.name}:{_ms(f.name, 5, 60)} {f.message}")
+                out.append(f"[ERROR]   {cls.rsplit('.', 1)[1]}.{f.method}:{_ms(f.name, 5, 60)} {f.text}")
         out.append("[INFO] ")
         out.append(f"[ERROR] Tests run: {t.total}, Failures: {t.failed}, Errors: 0, Skipped: 0")
         out += ["[INFO] ", "[INFO] ------------------------------------------------------------------------",
@@ -775,7 +786,7 @@ def render_phpunit(t: TestRun) -> str:
         out += [f"There {'was' if t.failed == 1 else 'were'} {t.failed} failure{'s' if t.failed > 1 else ''}:", ""]
         for i, f in enumerate(t.failures, 1):
             cls = f"Tests\\{f.klass()}"
-            out += [f"{i}) {cls}::{_camel(f.name)[:1].lower() + _camel(f.name)[1:]}", f.message, "",
+            out += [f"{i}) {cls}::{f.method}", f.text, "",
                     f"/app/tests/{f.klass()}.php:{_ms(f.name, 5, 60)}", ""]
         out += ["FAILURES!", f"Tests: {t.total}, Assertions: {t.total}, Failures: {t.failed}."]
     else:
@@ -791,7 +802,7 @@ def render_dotnet(t: TestRun) -> str:
            "A total of 1 test files matched the specified pattern."]
     for f in t.failures:
         cls = f"Shop.Tests.{f.klass('Tests')}"
-        out += [f"  Failed {cls}.{_camel(f.name)} [{_ms(f.name)} ms]", "  Error Message:", f"   {f.message}",
+        out += [f"  Failed {cls}.{_camel(f.name)} [{_ms(f.name)} ms]", "  Error Message:", f"   {f.text}",
                 "  Stack Trace:",
                 f"     at {cls}.{_camel(f.name)}() in /src/Shop.Tests/{f.klass('Tests')}.cs:line "
                 f"{_ms(f.name, 5, 60)}", ""]
@@ -809,7 +820,7 @@ def render_go(t: TestRun) -> str:
     for pkg, fails in pkgs.items():
         for f in fails:
             out += [f"--- FAIL: Test{f.cls.removesuffix('Test')}{_camel(f.name.removeprefix('test_'))} (0.00s)",
-                    f"    {pkg}_test.go:{_ms(f.name, 5, 60)}: {f.message}"]
+                    f"    {pkg}_test.go:{_ms(f.name, 5, 60)}: {f.text}"]
         out += ["FAIL", f"FAIL\texample.com/shop/{pkg}\t0.0{_ms(pkg, 10, 99)}s"]
     if t.passed:
         out.append(f"ok  \texample.com/shop/suite\t0.0{_ms('suite', 10, 99)}s")
@@ -827,7 +838,7 @@ def render_jest(t: TestRun) -> str:
         out.append(f"FAIL {suite}")
         for f in fails:
             out += [f"  ● {f.cls or _module(f.file)} › {f.name.removeprefix('test_').replace('_', ' ')}", "",
-                    f"    {f.message}", "", f"      at Object.<anonymous> ({suite}:{_ms(f.name, 5, 60)}:5)", ""]
+                    f"    {f.text}", "", f"      at Object.<anonymous> ({suite}:{_ms(f.name, 5, 60)}:5)", ""]
     if t.passed:
         out.append("PASS tests/suite.test.js")
     n_suites = len(suites) + (1 if t.passed else 0)
@@ -848,7 +859,7 @@ def render_cargo(t: TestRun) -> str:
         out += ["", "failures:", ""]
         for n, f in zip(names, t.failures, strict=True):
             out += [f"---- {n} stdout ----", f"thread '{n}' panicked at src/{_module(f.file)}.rs:"
-                    f"{_ms(f.name, 5, 60)}:5:", f.message,
+                    f"{_ms(f.name, 5, 60)}:5:", f.text,
                     "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace", ""]
         out += ["", "failures:"] + [f"    {n}" for n in names] + [""]
     out.append(f"test result: {'FAILED' if t.failures else 'ok'}. {t.passed} passed; {t.failed} failed; "
