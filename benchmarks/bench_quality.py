@@ -349,6 +349,17 @@ def render_variants(rep: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def baseline_rows(rep: dict[str, Any]) -> str:
+    """The variant figures as rows of ``tests/test_metamorphic.py``'s ``BASELINE`` table (corpus + holdout)."""
+    rows = []
+    for name, figs in rep["variants"].items():
+        f = figs["all"]
+        lag = "None" if f["median_lag"] is None else f"{f['median_lag']:g}"
+        rows.append(f'    "{name}": ({f["in_time"]}, {f["loops"]}, {lag}, {f["healthy_stopped"]}, '
+                    f'{f["healthy_nudged"]}, {f["healthy_with_finding"]}, {f["healthy"]}),')
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML configuration, read as `otelloop serve --config` reads it")
@@ -359,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", action="store_true", help="also list every run")
     parser.add_argument("--variant", help="production-like variants of corpus and holdout (benchmarks/variants.py): "
                         "NAME[,NAME...] or all")
+    parser.add_argument("--baseline", action="store_true",
+                        help="with --variant: print the figures as rows of tests/test_metamorphic.py's BASELINE")
     args = parser.parse_args(argv)
     if args.variant:
         try:
@@ -366,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             parser.error(str(e))
         rep = variant_report(names, args.config)
-        sys.stdout.write(json.dumps(rep, indent=1) + "\n" if args.json else render_variants(rep))
+        out = baseline_rows(rep) if args.baseline else json.dumps(rep, indent=1) + "\n" if args.json \
+            else render_variants(rep)
+        sys.stdout.write(out)
         return 0
     config = load_config(args.config, {}, env={})
     results = evaluate(config, args.corpus, args.dialect, args.scenario)

@@ -41,7 +41,8 @@ from otelloop.pipeline import Pipeline  # noqa: E402
 # -- the table: figures per variant (corpus + held-out set), today's detectors and defaults ----------------------
 
 #: variant: (loops stopped in time, loop runs, median lag, healthy stopped, healthy nudged,
-#: healthy with any finding, healthy runs). Measured with ``python benchmarks/bench_quality.py --variant all``.
+#: healthy with any finding, healthy runs). Measured with ``python benchmarks/bench_quality.py --variant all``;
+#: ``--variant all --baseline`` prints these rows.
 BASELINE: dict[str, tuple[int, int, float | None, int, int, int, int]] = {
     "recorded": (71, 72, 3, 0, 0, 0, 68),
     "noise-epoch-s": (12, 72, 2, 0, 0, 0, 68),
@@ -188,6 +189,8 @@ def test_bench_quality_reports_variants_side_by_side() -> None:
         assert key in figs["all"]
     assert figs["all"]["healthy"] == BASELINE["batch-alike"][6]
     assert "| batch-alike | corpus |" in bench_quality.render_variants(rep)
+    row = bench_quality.baseline_rows(rep).strip()
+    assert row == '"batch-alike": ' + repr(BASELINE["batch-alike"]) + ","
     with pytest.raises(ValueError, match="unknown variants"):
         bench_quality.variant_names("noise-nonsense")
 
