@@ -4,6 +4,8 @@
     python benchmarks/bench_quality.py --config my.yaml         # compare settings
     python benchmarks/bench_quality.py --dialect strands --scenario polling --runs
     python benchmarks/bench_quality.py --json > quality.json
+    python benchmarks/bench_quality.py --variant all            # production-like variants, corpus and holdout
+    python benchmarks/bench_quality.py --variant noise-epoch-ms,content-off --json
 
 Every run of ``benchmarks/corpus`` (see its README) is replayed through the pipeline ``otelloop serve``
 runs (``otelloop.pipeline.Pipeline``), with the configuration ``serve`` would build: the defaults, or
@@ -31,14 +33,16 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from otelloop.analyze import iter_requests  # noqa: E402
 from otelloop.config import Config, load_config  # noqa: E402
@@ -46,6 +50,7 @@ from otelloop.model import VERDICT_RANK  # noqa: E402
 from otelloop.pipeline import Pipeline  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+HOLDOUT = Path(__file__).resolve().parent / "holdout"
 #: A loop is stopped in time when the stop comes at most this many tool calls after its first call.
 IN_TIME = 6
 
@@ -91,15 +96,26 @@ def load_labels(corpus: Path = CORPUS) -> list[dict[str, Any]]:
     return json.loads((corpus / "labels.json").read_text())["runs"]
 
 
-def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS) -> RunResult:
-    """One run through a fresh pipeline, request by request; where the verdict rose, and who raised it."""
+def read_requests(run: dict[str, Any], corpus: Path = CORPUS) -> list[bytes]:
+    """A recorded run's export requests, in file order."""
+    return [data for _, data in iter_requests(corpus / run["file"])]
+
+
+def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
+           requests: list[bytes] | None = None) -> RunResult:
+    """One run through a fresh pipeline, request by request; where the verdict rose, and who raised it.
+
+    ``requests``: the run's requests as given (a variant of the recording) instead of its file's.
+    """
     pipeline = Pipeline(config)
     pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
-    requests = [data for _, data in iter_requests(corpus / run["file"])]
+    if requests is None:
+        requests = read_requests(run, corpus)
     # The tool calls of the run ordered by start time: the index the labels use.
+    decoded = [pipeline.decode(data) for data in requests]  # decoding changes no state: each request once
     tools: list[tuple[int, str]] = []
-    for data in requests:
-        tools += [(step.start_ns, step.span_id) for _, step, _ in pipeline.decode(data).steps if step.kind == "tool"]
+    for d in decoded:
+        tools += [(step.start_ns, step.span_id) for _, step, _ in d.steps if step.kind == "tool"]
     rank = {span_id: i for i, (_, span_id) in enumerate(sorted(tools), 1)}
     res = RunResult(run["id"], run["label"], run["scenario"], run["dialect"], run["tool_calls"], run["loop_start"],
                     tool_steps=len(tools))
@@ -123,8 +139,8 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS) ->
 
     pipeline.engine.observe = watched  # type: ignore[method-assign]
     findings: Counter[str] = Counter()
-    for data in requests:
-        processed = pipeline.process(pipeline.decode(data))
+    for d in decoded:
+        processed = pipeline.process(d)
         for _, finding in processed.findings:
             findings[finding.detector] += 1
     res.findings = dict(sorted(findings.items()))
@@ -235,6 +251,115 @@ def render(rep: dict[str, Any], runs: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- production-like variants (benchmarks/variants.py) ------------------------------------------------------------
+
+#: The recorded runs themselves, measured beside the variants.
+RECORDED = "recorded"
+
+
+def variant_names(spec: str) -> list[str]:
+    """``all``, or a comma-separated list of variant names (``recorded`` = the runs as recorded)."""
+    import variants
+
+    names = [RECORDED, *variants.VARIANTS] if spec == "all" else [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n != RECORDED and n not in variants.VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; known: {', '.join([RECORDED, *variants.VARIANTS])}")
+    return names
+
+
+def evaluate_variant(name: str, config_path: str | None = None, sets: tuple[Path, ...] = (CORPUS, HOLDOUT),
+                     seed: int | None = None) -> dict[str, list[RunResult]]:
+    """Every run of each set in the variant ``name``, replayed with the variant's configuration.
+
+    Returns the results per set name (``corpus``, ``holdout``); runs the variant does not apply to are
+    left out (a runner rewrite of a run without test output, a healthy-run synthesis of a loop run).
+    """
+    import variants
+
+    variant = variants.VARIANTS.get(name)
+    config = load_config(config_path, dict(variant.config) if variant else {}, env={})
+    out: dict[str, list[RunResult]] = {}
+    for corpus in sets:
+        results = out.setdefault(corpus.name, [])
+        for run in load_labels(corpus):
+            requests = read_requests(run, corpus)
+            if variant is not None:
+                made = variant.transform(run, requests, variants.DEFAULT_SEED if seed is None else seed)
+                if made is None:
+                    continue
+                run, requests = made
+            results.append(replay(run, config, corpus, requests))
+    return out
+
+
+def quality_figures(results: list[RunResult]) -> dict[str, Any]:
+    """The group figures plus recall and precision, side by side.
+
+    Recall: loop runs stopped in time / loop runs. Stop precision: loop runs stopped (at any point) /
+    runs stopped. Finding precision: loop runs with any finding / runs with any finding. None where the
+    denominator is 0 (a healthy-only variant has no recall; nothing stopped has no stop precision).
+    """
+    fig = group_figures(results)
+    loops = [r for r in results if r.label == "loop"]
+    stopped_loops = sum(r.stop_at is not None for r in loops)
+    loops_found = sum(bool(r.findings) for r in loops)
+
+    def ratio(a: int, b: int) -> float | None:
+        return round(a / b, 3) if b else None
+    fig["recall"] = ratio(fig["in_time"], fig["loops"])
+    fig["stop_precision"] = ratio(stopped_loops, stopped_loops + fig["healthy_stopped"])
+    fig["finding_precision"] = ratio(loops_found, loops_found + fig["healthy_with_finding"])
+    return fig
+
+
+def variant_report(names: list[str], config_path: str | None = None) -> dict[str, Any]:
+    """Per variant and per set (corpus, holdout, both): the quality figures; and the time it all took."""
+    start = time.perf_counter()
+    rows: dict[str, dict[str, Any]] = {}
+    for name in names:
+        per_set = evaluate_variant(name, config_path)
+        figs = {k: quality_figures(v) for k, v in per_set.items()}
+        figs["all"] = quality_figures([r for v in per_set.values() for r in v])
+        rows[name] = figs
+    return {"variants": rows, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
+
+
+def render_variants(rep: dict[str, Any]) -> str:
+    head = ("| variant | set | loops in time | median lag | recall | healthy stopped | nudged | any finding "
+            "| stop precision | finding precision |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for name, figs in rep["variants"].items():
+        for set_name in ("corpus", "holdout"):
+            f = figs.get(set_name)
+            if f is None or f["loops"] + f["healthy"] == 0:
+                continue
+            in_time = f"{f['in_time']}/{f['loops']}" if f["loops"] else "-"
+            lines.append(f"| {name} | {set_name} | {in_time} | {_fmt(f['median_lag'])} | {_fmt(f['recall'])} "
+                         f"| {f['healthy_stopped']}/{f['healthy']} | {f['healthy_nudged']}/{f['healthy']} "
+                         f"| {f['healthy_with_finding']}/{f['healthy']} | {_fmt(f['stop_precision'])} "
+                         f"| {_fmt(f['finding_precision'])} |")
+    lines.append(f"\n{len(rep['variants'])} variants replayed in {rep['seconds']} s")
+    return "\n".join(lines) + "\n"
+
+
+def baseline_rows(rep: dict[str, Any]) -> str:
+    """The variant figures as rows of ``tests/test_metamorphic.py``'s ``BASELINE`` table (corpus + holdout)."""
+    rows = []
+    for name, figs in rep["variants"].items():
+        f = figs["all"]
+        lag = "None" if f["median_lag"] is None else f"{f['median_lag']:g}"
+        rows.append(f'    "{name}": ({f["in_time"]}, {f["loops"]}, {lag}, {f["healthy_stopped"]}, '
+                    f'{f["healthy_nudged"]}, {f["healthy_with_finding"]}, {f["healthy"]}),')
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML configuration, read as `otelloop serve --config` reads it")
@@ -243,7 +368,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", help="only these scenario classes")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--runs", action="store_true", help="also list every run")
+    parser.add_argument("--variant", help="production-like variants of corpus and holdout (benchmarks/variants.py): "
+                        "NAME[,NAME...] or all")
+    parser.add_argument("--baseline", action="store_true",
+                        help="with --variant: print the figures as rows of tests/test_metamorphic.py's BASELINE")
     args = parser.parse_args(argv)
+    if args.variant:
+        try:
+            names = variant_names(args.variant)
+        except ValueError as e:
+            parser.error(str(e))
+        rep = variant_report(names, args.config)
+        out = baseline_rows(rep) if args.baseline else json.dumps(rep, indent=1) + "\n" if args.json \
+            else render_variants(rep)
+        sys.stdout.write(out)
+        return 0
     config = load_config(args.config, {}, env={})
     results = evaluate(config, args.corpus, args.dialect, args.scenario)
     if not results:
