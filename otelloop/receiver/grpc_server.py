@@ -76,15 +76,17 @@ class GrpcReceiver:
             if not self.auth.check(md.get("authorization")):
                 self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        try:
-            accepted = await self.ingest.handle(request, "grpc")
-        except Refusal as refusal:
-            self.ingest.refused(refusal, "grpc")
-            await self._abort(context, refusal)
-            raise  # not reached: abort raises
-        except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
-            self.ingest.aborted("grpc")
-            raise
+        with self.ingest.ticket() as ticket:
+            try:
+                self.ingest.charge(ticket, len(request), "a request received")
+                accepted = await self.ingest.handle(request, "grpc", ticket)
+            except Refusal as refusal:
+                self.ingest.refused(refusal, "grpc")
+                await self._abort(context, refusal)
+                raise  # not reached: abort raises
+            except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
+                self.ingest.aborted("grpc")
+                raise
         return response(accepted)
 
     async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
