@@ -111,8 +111,8 @@ def limit_arenas() -> None:
     """Let glibc's allocator use :data:`ARENAS` arenas instead of up to eight per core.
 
     Why: gRPC's threads each get an arena of their own by default, and a request's buffers freed in one
-    arena are not reused by another, so resident memory under a burst of large requests grew about 30 MiB
-    higher than what was in use (measured with ``tests/robustness/test_memory_in_flight.py``). An operator's
+    arena are not reused by another, so resident memory under a burst of large requests peaked about 25 MiB
+    higher than with two (measured with ``tests/robustness/test_memory_in_flight.py``). An operator's
     ``MALLOC_ARENA_MAX`` takes precedence. Call it before threads start.
     """
     mallopt = _libc_function("mallopt")
@@ -165,14 +165,14 @@ class Ticket:
 
     def add(self, nbytes: int) -> bool:
         """Charge ``nbytes`` more; False (and nothing charged) when that would take the requests in flight
-        over their budget. A request alone in flight is always taken while the export queue is under the
+        over their budget. A request alone in flight is always taken while the export queue is within the
         budget, so a request larger than the budget is not refused forever."""
         owner = self._owner
         budget = owner.budget()
         if budget is not None and nbytes > 0:
             others = owner.requests - self.nbytes
             queued = owner.queued()
-            if others + queued + self.nbytes + nbytes > budget and (others > 0 or queued >= budget):
+            if others + queued + self.nbytes + nbytes > budget and (others > 0 or queued > budget):
                 return False
         self.nbytes += nbytes
         owner.requests += nbytes
@@ -235,6 +235,7 @@ class MemoryGuard:
         self.limit_mib = limit_mib
         self.accounting = accounting
         self.on_shed = on_shed
+        self._cgroup: int | None = None
         #: requests in flight, against :meth:`in_flight_budget`
         self.in_flight = InFlight(self.in_flight_budget)
         self._over = False
@@ -249,8 +250,9 @@ class MemoryGuard:
     @property
     def limit_bytes(self) -> int:
         if self.limit_mib is None:
-            cg = cgroup_limit_bytes()
-            return int(cg * 0.8) if cg else 0
+            if self._cgroup is None:  # read once: requests in flight ask for their budget on every request
+                self._cgroup = cgroup_limit_bytes() or 0
+            return int(self._cgroup * 0.8)
         return int(self.limit_mib * (1 << 20))
 
     def in_flight_budget(self) -> int | None:
@@ -333,10 +335,11 @@ class MemoryGuard:
         dropped = freed = sessions = per = 0
         share = self.state_share(limit)
         in_flight = self.in_flight.nbytes
+        state = acc.accounted() if acc is not None else 0
         if acc is not None:
             sessions = acc.sessions()
             per = acc.session_bytes()
-            if acc.accounted() > share:  # state's own bytes call for shedding
+            if state > share:  # state's own bytes call for shedding
                 freed = acc.clear_caches()
                 excess = acc.accounted() - (acc.baseline + SHED_TO * (share - acc.baseline))
                 count = math.ceil(excess / per) if per and excess > 0 else 0
@@ -358,8 +361,7 @@ class MemoryGuard:
             return
         earlier = f" ({self._trips - 1} more times since the last such message)" if self._trips > 1 else ""
         self._last_log, self._trips, self._warned = now, 0, True
-        state = acc.accounted() if acc is not None else 0
-        if dropped or freed:
+        if state > share:
             what = (f"state held more than its share ({share >> 20} MiB): shed {dropped} of {sessions} sessions "
                     f"(the least recently seen, about {per} bytes each) and {freed >> 10} KiB of caches")
             advice = "Lower state.max_sessions or raise the limit"

@@ -389,12 +389,12 @@ def test_requests_in_flight_are_held_to_their_budget() -> None:
     assert not in_flight.ticket().add(100)
     second.close()
     alone = in_flight.ticket()
-    assert alone.add(5000), "a request alone in flight is taken while the queue is under the budget"
+    assert alone.add(5000), "a request alone in flight is taken while the queue is within the budget"
     alone.hold()  # processing that goes on after its handler returned
     alone.close()
     assert in_flight.requests == 5000
     alone.close()
     assert in_flight.requests == 0
-    queued[0] = 1000
+    queued[0] = 1001  # the queue alone is over the budget: not even a lone request
     assert not in_flight.ticket().add(1)
     assert resources.InFlight().ticket().add(1 << 40), "no budget without a memory limit"

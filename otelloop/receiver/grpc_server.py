@@ -76,18 +76,19 @@ class GrpcReceiver:
             if not self.auth.check(md.get("authorization")):
                 self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        with self.ingest.ticket() as ticket:
+        with self.ingest.ticket() as ticket:  # given back before answering: the client may send at once
             try:
                 self.ingest.charge(ticket, len(request), "a request received")
-                accepted = await self.ingest.handle(request, "grpc", ticket)
+                outcome: Accepted | Refusal = await self.ingest.handle(request, "grpc", ticket)
             except Refusal as refusal:
-                self.ingest.refused(refusal, "grpc")
-                await self._abort(context, refusal)
-                raise  # not reached: abort raises
+                outcome = refusal
             except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
                 self.ingest.aborted("grpc")
                 raise
-        return response(accepted)
+        if isinstance(outcome, Refusal):
+            self.ingest.refused(outcome, "grpc")
+            await self._abort(context, outcome)
+        return response(outcome)  # type: ignore[arg-type]  # abort raises
 
     async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
         retryable = refusal.reason == "backpressure"
