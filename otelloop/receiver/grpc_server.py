@@ -88,7 +88,8 @@ class GrpcReceiver:
         if isinstance(outcome, Refusal):
             self.ingest.refused(outcome, "grpc")
             await self._abort(context, outcome)
-        return response(outcome)  # type: ignore[arg-type]  # abort raises
+            raise outcome  # not reached: abort raises
+        return response(outcome)
 
     async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
         retryable = refusal.reason == "backpressure"
