@@ -443,10 +443,12 @@ class LimitsConfig(_Section):
     """Process protection: refuse work (retryably) before the process runs out of memory.
 
     Attributes:
-        memory_mib: above this resident size, refuse new requests (retryably), drop the process-wide
-            caches and the least recently seen sessions, and accept again once otelloop's accounted
-            memory is back under 90% of it (see docs/deploy.md, "Memory"); 0 disables; null (the
-            default): 80% of the container's cgroup memory limit when there is one, else no guard.
+        memory_mib: memory limit. Requests in flight may hold a quarter of it above the idle process (a
+            request beyond that is refused retryably); above this resident size, refuse new requests
+            (retryably), drop the process-wide caches and the least recently seen sessions only when
+            state's own accounted bytes exceed the rest, and accept again once the accounted memory is
+            back under 90% of it (see docs/deploy.md, "Memory"); 0 disables; null (the default): 80% of
+            the container's cgroup memory limit when there is one, else no guard.
         max_string_bytes: longest string otelloop keeps from a span, in bytes (UTF-8, and in memory):
             tool, agent, node, service and model names, session ids, intents, file paths, commands and
             argument texts. A longer one is cut and ends with ``...`` and 16 hex digits of a hash of the

@@ -31,7 +31,7 @@ from otelloop.receiver.grpc_server import GrpcReceiver
 from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
 from otelloop.redact import redact
-from otelloop.resources import Accounting, MemoryGuard, rss_bytes
+from otelloop.resources import Accounting, MemoryGuard, limit_arenas, rss_bytes
 from otelloop.state import NAME_CHARS
 from otelloop.telemetry import Metrics
 
@@ -122,11 +122,14 @@ class Service:
 
             self.exporter = build_exporter(cfg.exporter, self.metrics)
             await self.exporter.start()
+            exporter = self.exporter
+            self.memory.in_flight.queued = lambda: exporter.memory_bytes  # held for requests in flight
         else:
             self.pipeline.finding_sinks.append(print_finding)
             log.info("no upstream configured: detect-only mode, findings are printed to stderr")
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
-        self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded)
+        self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded,
+                             self.memory.in_flight)
         auth = BearerAuth(receiver_tokens(cfg))
         tls = cfg.receiver.tls
         self.grpc = GrpcReceiver(self.ingest, cfg.receiver.grpc.endpoint,
@@ -174,13 +177,14 @@ class Service:
         return _address(endpoint, bound[1])
 
     def _accounting(self) -> Accounting:
-        """What the memory guard counts: the process as it is now (started, no session yet), plus
-        sessions × their estimated size, plus the caches' bytes."""
+        """What the memory guard counts as state: the process as it is now (started, no session yet),
+        plus sessions × their estimated size, plus the caches' bytes (requests in flight apart)."""
         store = self.pipeline.store  # kept across reloads (they resize it)
         baseline = rss_bytes() - len(store) * store.session_bytes() - bounds.caches_nbytes()
         accounting = Accounting(store.__len__, store.session_bytes, bounds.caches_nbytes, bounds.clear_caches,
                                 store.shed, baseline)
-        self.metrics.observe_memory(accounting.accounted)
+        in_flight = self.memory.in_flight
+        self.metrics.observe_memory(accounting.accounted, lambda: in_flight.nbytes)
         return accounting
 
     def _shed(self, sessions: int, cache_bytes: int) -> None:
@@ -295,6 +299,7 @@ def serve(config: Config, config_path: str | None, overrides: dict[str, Any], re
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=os.environ.get("OTELLOOP_LOG_LEVEL", "INFO").upper(), handlers=[handler])
+    limit_arenas()
     service = Service(config, config_path, overrides, ready_file)
     _tune_gc()
     try:

@@ -298,6 +298,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("otelloop_memory_accounted_bytes", "gauge", (),
                "Memory otelloop accounts for: startup size, sessions x their estimated size, cache budgets in use.",
                "What the memory guard judges recovery on; computed when scraped."),
+    MetricSpec("otelloop_memory_in_flight_bytes", "gauge", (),
+               "Memory held by requests in flight: received and not yet delivered upstream.",
+               "Bodies as received and decompressed, what decoding and enrichment copy, and the in-memory "
+               "export queue; held to a share of `limits.memory_mib`, computed when scraped."),
     MetricSpec("otelloop_event_stream_clients", "gauge", (),
                "Clients connected to the event stream (/v1/events).",
                "Open console pages and other consumers of `/v1/events`.", attribute="event_stream_clients"),
@@ -448,9 +452,10 @@ class Metrics:
     def cost_counter(self, service: str, model: str, now: float) -> Any:
         return self.series.child("cost", self.cost, (service, model), _CAPPED_COST, now)
 
-    def observe_memory(self, accounted: Callable[[], int]) -> None:
-        """Register ``otelloop_memory_accounted_bytes``, computed when scraped."""
-        self.registry.register(_MemoryCollector(accounted))
+    def observe_memory(self, accounted: Callable[[], int], in_flight: Callable[[], int] = lambda: 0) -> None:
+        """Register ``otelloop_memory_accounted_bytes`` and ``otelloop_memory_in_flight_bytes``, computed when
+        scraped."""
+        self.registry.register(_MemoryCollector(accounted, in_flight))
 
     def observe_state(self, active: Callable[[], int], by_verdict: Callable[[], dict[str, int]]) -> None:
         """Register the session gauges, computed at scrape time rather than on every step."""
@@ -466,14 +471,18 @@ _CAPPED_COST = ((0, _SERVICE), (1, _MODEL))
 
 
 class _MemoryCollector:
-    """``otelloop_memory_accounted_bytes``: the memory the guard judges recovery on."""
+    """``otelloop_memory_accounted_bytes`` (state, by the guard's accounting) and
+    ``otelloop_memory_in_flight_bytes`` (requests in flight)."""
 
-    def __init__(self, accounted: Callable[[], int]) -> None:
+    def __init__(self, accounted: Callable[[], int], in_flight: Callable[[], int]) -> None:
         self._accounted = accounted
+        self._in_flight = in_flight
 
     def collect(self):  # type: ignore[no-untyped-def]
         spec = SPECS["otelloop_memory_accounted_bytes"]
         yield GaugeMetricFamily(spec.name, spec.help, value=self._accounted())
+        spec = SPECS["otelloop_memory_in_flight_bytes"]
+        yield GaugeMetricFamily(spec.name, spec.help, value=self._in_flight())
 
     def describe(self):  # type: ignore[no-untyped-def]
         return []

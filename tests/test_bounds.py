@@ -285,17 +285,19 @@ def test_the_guard_sheds_and_becomes_ready_again_though_resident_memory_stays(
             guard.check()
     assert guard.overloaded() is None and len(sheds) == 1
     assert sum("shed" in r.getMessage() for r in caplog.records) == 1
+    assert sum("more than otelloop accounts for" in r.getMessage() for r in caplog.records) == 1
     proc.sessions += 40_000  # live data back at the limit, in memory RSS already counts: trips again
     guard.check()
     assert len(sheds) == 2 and guard.overloaded() is None
-    proc.rss += 20 * mib  # memory the accounting does not see grows: trips again
-    guard.check()
-    assert len(sheds) == 3
+    proc.rss += 20 * mib  # memory the accounting does not see grows: trips again, but state is within its
+    guard.check()  # share and nothing is in flight, so it is only said (sessions go for their own bytes)
+    assert len(sheds) == 2 and guard.overloaded() is None
     proc.rss = 100 * mib  # handed back to the system: the next trip is at the limit again
     guard.check()
+    proc.sessions += 10_000  # state over its share again
     proc.rss = 160 * mib
     guard.check()
-    assert len(sheds) == 4
+    assert len(sheds) == 3
 
 
 def test_the_guard_keeps_shedding_until_the_accounting_is_under_the_limit(
@@ -323,3 +325,76 @@ def test_without_a_limit_the_guard_never_sheds(monkeypatch: pytest.MonkeyPatch) 
     guard = MemoryGuard(0, proc.accounting(0))
     guard.check()
     assert guard.overloaded() is None and proc.dropped == 0
+
+
+def test_memory_held_by_requests_in_flight_refuses_new_requests_and_drops_no_session(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """RSS over the limit while state is far under its share: the requests in flight hold the excess, so
+    the guard refuses new requests until they are done, and drops neither sessions nor caches."""
+    mib = 1 << 20
+    proc = _Process(sessions=15_000, per=700, baseline=68 * mib)
+    monkeypatch.setattr(resources, "rss_bytes", lambda: proc.rss)
+    sheds: list[tuple[int, int]] = []
+    guard = MemoryGuard(200, proc.accounting(68 * mib), on_shed=lambda n, b: sheds.append((n, b)))
+    budget = guard.in_flight_budget()
+    assert budget == int(resources.IN_FLIGHT_SHARE * 132 * mib)
+    request = guard.in_flight.ticket()
+    assert request.add(budget)
+    proc.rss = 230 * mib  # the requests' buffers, and what the allocator keeps around them
+    with caplog.at_level(logging.WARNING, logger="otelloop.resources"):
+        guard.check()
+    assert guard.overloaded() is not None  # refused retryably while the requests hold the memory
+    assert proc.dropped == 0 and proc.cache == 1 << 20 and sheds == []
+    assert "no session was dropped" in caplog.text
+    guard.check()
+    assert guard.overloaded() is not None and proc.dropped == 0
+    request.close()  # the requests are done; RSS stays up (memory kept for reuse), the accounting is low
+    guard.check()
+    assert guard.overloaded() is None and proc.dropped == 0 and sheds == []
+
+
+def test_state_over_its_share_is_shed_down_to_what_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions are dropped for state's own bytes only, and only as many as bring state to SHED_TO of its
+    share: requests in flight at the moment change nothing."""
+    mib = 1 << 20
+    proc = _Process(sessions=45_000, per=2000, baseline=60 * mib)  # 60 MiB + 86 MiB of sessions
+    monkeypatch.setattr(resources, "rss_bytes", lambda: proc.rss)
+    acc = proc.accounting(60 * mib)
+    guard = MemoryGuard(150, acc)
+    share = guard.state_share(150 * mib)
+    assert share == 150 * mib - int(resources.IN_FLIGHT_SHARE * 90 * mib)
+    with guard.in_flight.ticket() as request:
+        assert request.add(10 * mib)
+        proc.rss = 160 * mib
+        guard.check()
+    target = 60 * mib + resources.SHED_TO * (share - 60 * mib)
+    assert acc.accounted() <= target < acc.accounted() + proc.per  # not one session more than needed
+    assert proc.cache == 0
+    assert guard.overloaded() is None  # state and requests in flight are under RESUME_AT of the limit
+
+
+def test_requests_in_flight_are_held_to_their_budget() -> None:
+    """A ticket that would take the requests in flight over the budget is refused, and charges nothing; a
+    request alone in flight is taken whatever its size; the export queue's bytes count."""
+    queued = [0]
+    in_flight = resources.InFlight(lambda: 1000)
+    in_flight.queued = lambda: queued[0]
+    first, second = in_flight.ticket(), in_flight.ticket()
+    assert first.add(600) and first.add(300)
+    assert not second.add(200) and second.nbytes == 0 and in_flight.nbytes == 900
+    assert second.add(100)
+    first.close()
+    assert in_flight.nbytes == 100
+    queued[0] = 850  # accepted, waiting for the upstream
+    assert not in_flight.ticket().add(100)
+    second.close()
+    alone = in_flight.ticket()
+    assert alone.add(5000), "a request alone in flight is taken while the queue is within the budget"
+    alone.hold()  # processing that goes on after its handler returned
+    alone.close()
+    assert in_flight.requests == 5000
+    alone.close()
+    assert in_flight.requests == 0
+    queued[0] = 1001  # the queue alone is over the budget: not even a lone request
+    assert not in_flight.ticket().add(1)
+    assert resources.InFlight().ticket().add(1 << 40), "no budget without a memory limit"

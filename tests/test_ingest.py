@@ -69,3 +69,42 @@ async def test_room_reserved_for_a_request_in_processing_is_not_given_to_others(
     assert (await first).spans == 20_000
     assert exporter.queued_spans == 1 + 20_000 + 100
     await exporter.shutdown(0)
+
+
+async def test_a_request_over_the_in_flight_budget_is_refused_retryably_before_any_state_changes() -> None:
+    """While other requests hold the budget, a new one is refused (backpressure) before it is decoded: no
+    session sees it. Alone in flight it is taken, and every byte charged is given back afterwards."""
+    from otelloop.resources import InFlight
+
+    pipeline = Pipeline()
+    in_flight = InFlight(lambda: 64 << 10)
+    ingest = Ingest(pipeline, None, pipeline.metrics, in_flight=in_flight)
+    data = request(*[tool_span(trace=21, i=i, attrs={"app.payload": "x" * 4096}) for i in range(4)])
+    other = in_flight.ticket()
+    assert other.add(60 << 10)  # another request being received
+    try:
+        await ingest.handle(data, "grpc")
+        refused = None
+    except Refusal as r:
+        refused = r
+    assert refused is not None and refused.reason == "backpressure"
+    assert len(pipeline.store) == 0 and in_flight.nbytes == 60 << 10
+    other.close()
+    assert (await ingest.handle(data, "grpc")).spans == 4
+    assert pipeline.store.get(f"{21:032x}").steps == 4
+    assert in_flight.nbytes == 0
+
+
+async def test_a_request_processed_in_slices_holds_its_bytes_until_it_is_done() -> None:
+    from otelloop.resources import InFlight
+
+    pipeline = Pipeline()
+    in_flight = InFlight(lambda: 1 << 30)
+    ingest = Ingest(pipeline, None, pipeline.metrics, in_flight=in_flight)
+    big = identical(20_000, trace=7)
+    task = asyncio.create_task(ingest.handle(big, "grpc"))
+    while not ingest.gate.busy:
+        await asyncio.sleep(0)
+    assert in_flight.nbytes >= 3 * len(big)  # the request, its decoded chunks and its enriched parts
+    await task
+    assert in_flight.nbytes == 0

@@ -38,6 +38,7 @@ CONTRACT = {
     "otelloop_config_reloads_total": {"outcome"},
     "otelloop_memory_sheds_total": set(),
     "otelloop_memory_accounted_bytes": set(),
+    "otelloop_memory_in_flight_bytes": set(),
     "otelloop_event_stream_clients": set(),
     "otelloop_event_stream_clients_dropped_total": set(),
     "otelloop_event_stream_events_lost_total": set(),

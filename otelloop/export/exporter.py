@@ -190,6 +190,11 @@ class Exporter:
     def queued_spans(self) -> int:
         return self._queue.queued_spans
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the queue holds in memory (a persistent queue holds them on disk)."""
+        return self._queue.queued_bytes if isinstance(self._queue, MemoryQueue) else 0
+
     def has_room(self, spans: int, nbytes: int) -> bool:
         """Whether :meth:`offer` would take a request of this size now (checked before processing it)."""
         if self._closing:

@@ -80,6 +80,7 @@ class MemoryQueue:
         self._capacity = capacity_spans
         self._items: deque[tuple[bytes, int]] = deque()
         self._spans = 0
+        self._bytes = 0
 
     @property
     def capacity_spans(self) -> int:
@@ -88,6 +89,11 @@ class MemoryQueue:
     @property
     def queued_spans(self) -> int:
         return self._spans
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of the queued requests (memory the guard counts as held by requests in flight)."""
+        return self._bytes
 
     def has_room(self, spans: int, nbytes: int) -> bool:
         return not self._items or self._spans + spans <= self._capacity
@@ -101,6 +107,7 @@ class MemoryQueue:
             return False
         self._items.extend(parts)
         self._spans += spans
+        self._bytes += sum(len(data) for data, _ in parts)
         return True
 
     def peek_batch(self, max_bytes: int) -> Batch | None:
@@ -121,11 +128,12 @@ class MemoryQueue:
 
     def ack(self, batch: Batch) -> None:
         for _ in range(batch.requests):
-            _, spans = self._items.popleft()
+            data, spans = self._items.popleft()
             self._spans -= spans
+            self._bytes -= len(data)
 
     def close(self) -> int:
         lost = self._spans
         self._items.clear()
-        self._spans = 0
+        self._spans = self._bytes = 0
         return lost

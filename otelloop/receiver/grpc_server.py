@@ -76,16 +76,20 @@ class GrpcReceiver:
             if not self.auth.check(md.get("authorization")):
                 self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        try:
-            accepted = await self.ingest.handle(request, "grpc")
-        except Refusal as refusal:
-            self.ingest.refused(refusal, "grpc")
-            await self._abort(context, refusal)
-            raise  # not reached: abort raises
-        except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
-            self.ingest.aborted("grpc")
-            raise
-        return response(accepted)
+        with self.ingest.ticket() as ticket:  # given back before answering: the client may send at once
+            try:
+                self.ingest.charge(ticket, len(request), "a request received")
+                outcome: Accepted | Refusal = await self.ingest.handle(request, "grpc", ticket)
+            except Refusal as refusal:
+                outcome = refusal
+            except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
+                self.ingest.aborted("grpc")
+                raise
+        if isinstance(outcome, Refusal):
+            self.ingest.refused(outcome, "grpc")
+            await self._abort(context, outcome)
+            raise outcome  # not reached: abort raises
+        return response(outcome)
 
     async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
         retryable = refusal.reason == "backpressure"

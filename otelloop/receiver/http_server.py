@@ -24,6 +24,7 @@ from otelloop.otlp.json_codec import JSONDecodeError, json_to_protobuf, json_to_
 from otelloop.receiver.body import BadEncoding, BodyTooLarge, read_body
 from otelloop.receiver.ingest import RETRY_AFTER_S, Accepted, BearerAuth, Ingest, Refusal
 from otelloop.receiver.status import HTTP_CODES, status
+from otelloop.resources import Ticket
 
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
@@ -68,20 +69,21 @@ class HttpReceiver:
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity", "gzip"):
             return web.Response(status=415, text=f"unsupported content encoding {encoding!r}; use gzip or none")
-        try:
-            self._check_auth(request)
-            data = await self._read(request, ctype)
-            accepted = await self.ingest.handle(data, "http")
-        except Refusal as refusal:
-            self.ingest.refused(refusal, "http")
-            return self._refuse(request, ctype, refusal)
-        except ClientGone as e:
-            self.ingest.aborted("http", "client_gone", str(e))
-            return web.Response(status=400, text="the request body was cut short")
-        except TimeoutError:
-            self.ingest.aborted("http", "timeout", f"body not received within {self.body_timeout:g}s")
-            return await self._close_with(request, web.Response(
-                status=408, text=f"the request body did not arrive within {self.body_timeout:g}s"))
+        with self.ingest.ticket() as ticket:
+            try:
+                self._check_auth(request)
+                data = await self._read(request, ctype, ticket)
+                accepted = await self.ingest.handle(data, "http", ticket)
+            except Refusal as refusal:
+                self.ingest.refused(refusal, "http")
+                return self._refuse(request, ctype, refusal)
+            except ClientGone as e:
+                self.ingest.aborted("http", "client_gone", str(e))
+                return web.Response(status=400, text="the request body was cut short")
+            except TimeoutError:
+                self.ingest.aborted("http", "timeout", f"body not received within {self.body_timeout:g}s")
+                return await self._close_with(request, web.Response(
+                    status=408, text=f"the request body did not arrive within {self.body_timeout:g}s"))
         return self._accepted(request, ctype, accepted)
 
     @staticmethod
@@ -98,7 +100,11 @@ class HttpReceiver:
         if self.auth.enabled and not self.auth.check(request.headers.get("Authorization")):
             raise Refusal("unauthenticated", "missing or invalid bearer token")
 
-    async def _read(self, request: web.Request, ctype: str) -> bytes:
+    async def _read(self, request: web.Request, ctype: str, ticket: Ticket) -> bytes:
+        """The body as protobuf, charged to ``ticket`` as it grows: the body as sent (before it is read, when
+        its length is declared), then what decompression and OTLP/JSON conversion add."""
+        declared = request.content_length or 0
+        self.ingest.charge(ticket, declared, "a request body announced")
         try:
             async with asyncio.timeout(self.body_timeout):
                 body = await read_body(request, self.limit)
@@ -108,16 +114,21 @@ class HttpReceiver:
             raise Refusal("invalid", str(e)) from None
         except _CLIENT_GONE as e:
             raise ClientGone(type(e).__name__) from None
+        if len(body) != declared:  # decompressed, or sent without a declared length
+            self.ingest.charge(ticket, len(body), "a request body read")
         if ctype == _JSON:
             try:
                 if len(body) <= INLINE_JSON_BYTES:
-                    return json_to_protobuf(body)
-                if self._large_json is None:
-                    self._large_json = asyncio.Semaphore(1)
-                async with self._large_json:
-                    return await asyncio.to_thread(json_to_protobuf_pieces, body)
+                    data = json_to_protobuf(body)
+                else:
+                    if self._large_json is None:
+                        self._large_json = asyncio.Semaphore(1)
+                    async with self._large_json:
+                        data = await asyncio.to_thread(json_to_protobuf_pieces, body)
             except JSONDecodeError as e:
                 raise Refusal("invalid", f"invalid OTLP/JSON: {e}") from None
+            self.ingest.charge(ticket, len(data), "a request converted from OTLP/JSON")
+            return data
         return body
 
     def _accepted(self, request: web.Request, ctype: str, accepted: Accepted) -> web.Response:

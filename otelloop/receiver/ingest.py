@@ -19,6 +19,12 @@ rules keep that safe:
 * **Processing, once begun, finishes.** It runs in its own task that a client hanging up cannot cancel,
   so a session never sees half a request; the service waits for such tasks when it stops.
 
+Memory: every request carries a :class:`~otelloop.resources.Ticket` of the bytes it holds, charged by its
+receiver as its body arrives and here for what decoding and enrichment copy of it
+(:data:`PROCESSING_COPIES`). A request that would take the requests in flight over their budget (a share
+of ``limits.memory_mib``) is refused retryably before it is decoded, so memory held by requests is
+pushed back to clients instead of being paid for with detector state.
+
 Large requests are handled one at a time (:class:`LargeRequests`), which bounds the memory their decoded
 steps take; small ones never wait for them except to keep a shared session's order. While one is in
 flight the cyclic garbage collector is paused: a request of hundreds of thousands of spans makes millions
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from otelloop.logs import ThrottledLog
 from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline
 from otelloop.pipeline import run as run_steps
+from otelloop.resources import InFlight, Ticket
 from otelloop.telemetry import Metrics
 
 if TYPE_CHECKING:
@@ -62,6 +69,10 @@ SLICE_SECONDS = 0.01
 #: A request with at most this many steps (and read in one chunk) is processed in one go: even with every
 #: detector busy on every step that stays within a few tens of milliseconds.
 INLINE_STEPS = 512
+
+#: Copies of a request's bytes its processing holds besides the request itself: the decoded chunks and
+#: the enriched parts for the upstream (measured: about 1 each for a request of 1.6 MB).
+PROCESSING_COPIES = 2
 
 
 class LargeRequests:
@@ -181,26 +192,50 @@ class Ingest:
         exporter: the export queue, or None in detect-only mode (spans are then dropped after detection).
         metrics: counters for received/refused spans and request durations.
         overloaded: returns a reason when the process must shed load (memory limit), else None.
+        in_flight: the bytes requests in flight hold, against their budget (default: no budget).
     """
 
     def __init__(self, pipeline: Pipeline, exporter: Exporter | None, metrics: Metrics,
-                 overloaded: Callable[[], str | None] = lambda: None) -> None:
+                 overloaded: Callable[[], str | None] = lambda: None, in_flight: InFlight | None = None) -> None:
         self.pipeline = pipeline
         self.exporter = exporter
         self.metrics = metrics
         self.overloaded = overloaded
+        self.in_flight = in_flight if in_flight is not None else InFlight()
         self.draining = False
         self.gate = SessionGate()
         self._large: LargeRequests | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._throttled = ThrottledLog(log)
 
-    async def handle(self, data: bytes, transport: str) -> Accepted:
-        """Admit one serialised ``ExportTraceServiceRequest``."""
+    def ticket(self) -> Ticket:
+        """A ticket for a request about to be read (see :meth:`charge`)."""
+        return self.in_flight.ticket()
+
+    def charge(self, ticket: Ticket, nbytes: int, what: str) -> None:
+        """Charge a request ``nbytes`` more; raises :class:`Refusal` (retryable) when the requests in flight
+        would exceed their budget. ``what`` names the stage, for the log line."""
+        if ticket.add(nbytes):
+            return
+        in_flight, budget = self.in_flight.nbytes, self.in_flight.budget() or 0
+        self._throttled("in_flight", logging.WARNING,
+                        f"requests in flight hold {in_flight >> 20} MiB of their {budget >> 20} MiB share of "
+                        f"limits.memory_mib; refusing new requests retryably ({what} of {nbytes >> 10} KiB) "
+                        "rather than dropping detector state")
+        raise Refusal("backpressure", "too many bytes in flight; retry later")
+
+    async def handle(self, data: bytes, transport: str, ticket: Ticket | None = None) -> Accepted:
+        """Admit one serialised ``ExportTraceServiceRequest``; ``ticket``: the receiver's for this request
+        (None: one is opened here, charged with ``data`` too)."""
         started = time.perf_counter()
+        own = ticket is None
+        if ticket is None:
+            ticket = self.ticket()
         try:
-            return await self._handle(data, transport)
+            return await self._handle(data, transport, ticket, len(data) if own else 0)
         finally:
+            if own:
+                ticket.close()
             self.metrics.request_duration.labels(transport).observe(time.perf_counter() - started)
 
     async def wait_idle(self, timeout: float) -> None:
@@ -210,14 +245,15 @@ class Ingest:
 
     # -- admission ---------------------------------------------------------------------------------
 
-    async def _handle(self, data: bytes, transport: str) -> Accepted:
+    async def _handle(self, data: bytes, transport: str, ticket: Ticket, received: int) -> Accepted:
         if self.draining:
             raise Refusal("backpressure", "otelloop is shutting down; retry against another replica")
+        self.charge(ticket, received + PROCESSING_COPIES * len(data), "processing")
         exporter = self.exporter
         span_limit = exporter.max_request_bytes if exporter is not None else None
         if len(data) <= CHUNK_BYTES:
             decoded = self._decode_inline(data, span_limit)
-            return await self._admit(decoded, transport, None)
+            return await self._admit(decoded, transport, None, ticket)
         if self._large is None:
             self._large = LargeRequests()
         await self._large.acquire()
@@ -226,7 +262,7 @@ class Ingest:
         except BaseException:
             self._large.release()
             raise
-        return await self._admit(decoded, transport, self._large)
+        return await self._admit(decoded, transport, self._large, ticket)
 
     def _decode_inline(self, data: bytes, span_limit: int | None) -> Decoded:
         try:
@@ -240,10 +276,12 @@ class Ingest:
         except InvalidRequest as e:
             raise Refusal("invalid", str(e)) from None
 
-    async def _admit(self, decoded: Decoded, transport: str, large: LargeRequests | None) -> Accepted:
+    async def _admit(self, decoded: Decoded, transport: str, large: LargeRequests | None,
+                     ticket: Ticket) -> Accepted:
         """Checks on a decoded request, then its processing (in one go, or in a task of its own).
 
-        ``large`` is held by this request if it is a large one; it is released when processing ends.
+        ``large`` is held by this request if it is a large one; it is released when processing ends. So is
+        ``ticket``: processing in a task of its own holds it until that task ends.
         """
         handed_over = False
         try:
@@ -266,7 +304,8 @@ class Ingest:
                 await self._commit_inline(decoded, reservation)
                 return accepted
             claim = self.gate.claim(decoded.sessions())  # now: a request admitted after this one waits for it
-            task = asyncio.ensure_future(self._commit(decoded, reservation, large, claim))
+            ticket.hold()
+            task = asyncio.ensure_future(self._commit(decoded, reservation, large, claim, ticket))
             handed_over = True
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
@@ -306,7 +345,7 @@ class Ingest:
                 self.exporter.release(reservation)
 
     async def _commit(self, decoded: Decoded, reservation: Reservation | None, large: LargeRequests | None,
-                      claim: Claim) -> None:
+                      claim: Claim, ticket: Ticket) -> None:
         """Process and queue a request in slices, holding its sessions (runs as a task of its own)."""
         mine, sessions, earlier = claim
         try:
@@ -319,6 +358,7 @@ class Ingest:
             await drive(_forget(decoded.steps, processed.findings))
             await drive(_forget(processed.parts, decoded.chunks or [], batch=1))  # megabytes each
         finally:
+            ticket.close()
             self.gate.release(mine, sessions)
             if reservation is not None and self.exporter is not None:
                 self.exporter.release(reservation)

@@ -76,3 +76,17 @@ def test_close_reports_what_it_loses() -> None:
     queue.put(make_request(3, "b"), 3)
     assert queue.close() == 7
     assert queue.queued_spans == 0
+
+
+def test_memory_queue_counts_the_bytes_it_holds_until_acknowledged() -> None:
+    """What the memory guard charges to requests in flight once they are queued."""
+    queue = MemoryQueue(100)
+    assert queue.put(b"a" * 10, 1) and queue.put_many([(b"b" * 20, 2), (b"c" * 30, 3)])
+    assert queue.queued_bytes == 60
+    batch = queue.peek_batch(1000)
+    assert batch is not None and queue.queued_bytes == 60  # still held while on the wire
+    queue.ack(batch)
+    assert queue.queued_bytes == 0
+    queue.put(b"d" * 5, 1)
+    queue.close()
+    assert queue.queued_bytes == 0
