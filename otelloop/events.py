@@ -55,6 +55,12 @@ EVENTS_PER_FLUSH = 1000
 MIN_FLUSH_BYTES = 4096
 #: Room kept in every chunk for the ``lagged`` event.
 LAGGED_BYTES = 96
+#: Clients woken per second, all together. Up to half as many clients are woken at every flush; with more,
+#: they take turns (each is woken every few flushes and writes what accumulated at once): a send to a
+#: socket costs as much as a few KiB of data, and hundreds of them at once would hold the loop.
+WAKES_PER_SECOND = 200
+#: Most bytes handed to one client's socket in one write.
+WRITE_BYTES = 64 * 1024
 #: Minimum seconds between two log lines about slow clients or lost events.
 LOG_INTERVAL = 60.0
 
@@ -62,7 +68,7 @@ LOG_INTERVAL = 60.0
 class StreamClient:
     """One connected consumer: a byte-bounded buffer of chunks and a wake-up event."""
 
-    __slots__ = ("buffer", "buffered", "wake", "dropped", "abort")
+    __slots__ = ("buffer", "buffered", "wake", "dropped", "abort", "due")
 
     def __init__(self, abort: Callable[[], None]) -> None:
         self.buffer: deque[bytes] = deque()
@@ -71,20 +77,30 @@ class StreamClient:
         self.dropped = False
         #: closes the connection (a client stuck in a full socket buffer never reaches its next read)
         self.abort = abort
+        #: waiting in the hub's queue of clients to wake
+        self.due = False
 
     async def next(self, timeout: float) -> bytes | None:
         """The next chunk to send; a keep-alive comment after ``timeout`` idle seconds; None once dropped."""
         if not self.buffer and not self.dropped:
+            # a timer rather than asyncio.wait_for, which makes a task per wait: with hundreds of clients
+            # woken twice a second that was most of what a client cost
             self.wake.clear()
+            heartbeat = asyncio.get_running_loop().call_later(timeout, self.wake.set)
             try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
+                await self.wake.wait()
+            finally:
+                heartbeat.cancel()
+            if not self.buffer and not self.dropped:
                 return b": keep-alive\n\n"
         if self.dropped:
             return None
-        chunk = self.buffer.popleft()
-        self.buffered -= len(chunk)
-        return chunk
+        parts, size = [], 0
+        while self.buffer and size < WRITE_BYTES:  # what accumulated, in one write (one send)
+            parts.append(self.buffer.popleft())
+            size += len(parts[-1])
+        self.buffered -= size
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class EventHub:
@@ -107,6 +123,7 @@ class EventHub:
         self.rate_bytes = rate_bytes
         self.clients: set[StreamClient] = set()
         self._pending: deque[tuple[Any, ...]] = deque(maxlen=PENDING_EVENTS)
+        self._due: deque[StreamClient] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_log: dict[str, float] = {}
@@ -149,6 +166,15 @@ class EventHub:
             self._flusher.cancel()
             self._flusher = None
         self._pending.clear()
+        self._due.clear()
+
+    def wake_due(self) -> None:
+        """Wake the clients waiting longest for what was handed to them, :data:`WAKES_PER_SECOND` a second."""
+        due = self._due
+        for _ in range(min(len(due), max(1, int(WAKES_PER_SECOND * FLUSH_INTERVAL)))):
+            client = due.popleft()
+            client.due = False
+            client.wake.set()
 
     def close(self) -> None:
         """Disconnect every client (shutdown): their handlers return at once."""
@@ -174,6 +200,7 @@ class EventHub:
                 self.flush()
             except Exception:  # never let one bad event end the stream for everyone
                 log.exception("event stream: a flush failed; its events were skipped")
+            self.wake_due()
 
     def flush(self) -> None:
         """Coalesce, serialise and hand out what happened since the last flush."""
@@ -241,7 +268,9 @@ class EventHub:
                 continue
             client.buffer.append(chunk)
             client.buffered += len(chunk)
-            client.wake.set()
+            if not client.due:
+                client.due = True
+                self._due.append(client)
 
     def _drop(self, client: StreamClient) -> None:
         client.dropped = True
