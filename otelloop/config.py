@@ -264,8 +264,8 @@ class AdminConfig(_Section):
             together. Each flush hands every client the same events, cut to this budget divided among the
             clients connected (at least 4 KiB per flush); what does not fit is counted in
             ``otelloop_event_stream_events_lost_total`` and clients are told to reload. Default: 4096.
-        max_concurrent_lists: session lists (``/v1/sessions``) computed at once; eight times as many wait
-            their turn and any more are answered 503 with ``Retry-After``. Lists share the event loop
+        max_concurrent_lists: session lists (``/v1/sessions``) computed at once; 64 times as many wait
+            their turn (up to 10 s) and any more are answered 503 with ``Retry-After``. Lists share the event loop
             with the receivers and probes and run in slices, so this bounds how much of it they take.
             Default: 2.
     """

@@ -7,13 +7,15 @@ requests queued up for seconds. Three rules bound what lists can cost:
 
 - **A bounded page.** ``limit`` is at most :data:`MAX_LIMIT` sessions; a larger one is refused with 400
   (a client that pages gets every session, one page at a time; ``total`` says how many there are).
-- **Work in slices.** Ranking (:meth:`SessionStore.ranking`) and rendering run in slices of about
-  ``SLICE_SECONDS`` (the same as a large OTLP request), with the loop free to serve everything else in
-  between; the page is serialised a slice of sessions at a time.
+- **Work in slices.** Ranking (:meth:`SessionStore.ranking`) and rendering run in slices of
+  :data:`SLICE_SECONDS`, one list's slice at a time, each followed by a rest that keeps list work to
+  :data:`SHARE` of the loop's time; the page is serialised a slice of sessions at a time, and nothing is
+  made per live session that the cyclic garbage collector would have to visit.
 - **A few at a time.** At most ``admin.max_concurrent_lists`` lists are computed at once; up to
-  :data:`QUEUED_PER_SLOT` times as many wait their turn in arrival order, and any more are answered 503
-  with ``Retry-After`` (counted in ``otelloop_admin_lists_refused_total``). A list served from the cache of
-  recent answers (``max_age``) never waits.
+  :data:`QUEUED_PER_SLOT` times as many wait their turn in arrival order (at most :data:`WAIT_SECONDS`),
+  and any more are answered 503 with ``Retry-After`` (logged, counted in
+  ``otelloop_admin_lists_refused_total``). A list served from the cache of recent answers (``max_age``)
+  never waits.
 """
 
 from __future__ import annotations

@@ -302,7 +302,7 @@ METRICS: tuple[MetricSpec, ...] = (
                "Events dropped when the stream's own queue was full.", attribute="event_stream_events_lost"),
     MetricSpec("otelloop_admin_lists_refused", "counter", (),
                "Session lists refused because too many were being computed or waiting (503).",
-               "At most `admin.max_concurrent_lists` are computed at once and 8 times as many wait; see "
+               "At most `admin.max_concurrent_lists` are computed at once and 64 times as many wait; see "
                "docs/console.md.", attribute="admin_lists_refused"),
     MetricSpec("otelloop_build_info", "gauge", ("version",),
                "otelloop build information.", "Always 1.", attribute="build_info"),
