@@ -98,6 +98,7 @@ class ListGate:
             started = time.perf_counter()
             deadline = started + SLICE_SECONDS
             try:
+                next(steps)  # at least one step per slice
                 while time.perf_counter() < deadline:
                     next(steps)
             except StopIteration as done:
