@@ -31,7 +31,7 @@ import ipaddress
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -40,6 +40,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from otelloop import __version__
 from otelloop.events import HEARTBEAT, EventHub
+from otelloop.listing import ListGate, page_limit, render_page
 from otelloop.model import VERDICT_RANK
 from otelloop.pipeline import Pipeline
 from otelloop.redact import redact
@@ -65,8 +66,6 @@ GENERIC_MESSAGES = {
 #: Largest ``max_age`` a list request may give, in seconds, and how many distinct list answers are kept.
 MAX_AGE = 5.0
 CACHE_ENTRIES = 64
-#: Largest page of sessions one request may ask for.
-MAX_LIMIT = 10_000
 MAX_QUERY_CHARS = 200
 #: Longest text of a detector summary shown in one session's evidence.
 SUMMARY_CHARS = 200
@@ -95,11 +94,13 @@ class AdminAPI:
         agent_token: the token of ``/v1/sessions/{id}/verdict``, or None.
         allow_remote_without_token: with no admin token, serve session data to non-loopback clients too.
         events: the event stream hub (None: a private one with default bounds).
+        max_concurrent_lists: session lists computed at once (``otelloop.listing``).
     """
 
     def __init__(self, pipeline: Pipeline, ready: Callable[[], tuple[bool, str]], token: str | None = None,
                  read_localhost_only: bool = False, *, agent_token: str | None = None,
-                 allow_remote_without_token: bool = False, events: EventHub | None = None) -> None:
+                 allow_remote_without_token: bool = False, events: EventHub | None = None,
+                 max_concurrent_lists: int = 2) -> None:
         self.pipeline = pipeline
         self.ready = ready
         self.token = token.encode() if token else None
@@ -107,6 +108,7 @@ class AdminAPI:
         self.read_localhost_only = read_localhost_only
         self.allow_remote = allow_remote_without_token
         self.events = events or EventHub(pipeline, pipeline.metrics)
+        self.lists = ListGate(max_concurrent_lists, pipeline.metrics.admin_lists_refused.inc)
         self._cache: OrderedDict[str, tuple[int, float, bytes]] = OrderedDict()
         self._writes = 0
         self.assets = {name: (resources.files("otelloop").joinpath("console", name).read_bytes(), kind)
@@ -248,19 +250,51 @@ class AdminAPI:
         wanted = request.query.get("verdict") or None
         if wanted is not None and wanted not in VERDICT_RANK:
             raise web.HTTPBadRequest(text=f"verdict must be one of {', '.join(VERDICT_RANK)}")
-        limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
+        limit = page_limit(request.query)
         offset = _int_param(request, "offset", 0, 0, 10_000_000)
         query = request.query.get("q", "")[:MAX_QUERY_CHARS]
         with_findings = _bool_param(request, "findings", True)
 
-        def render() -> dict[str, Any]:
-            store = self.pipeline.store
-            page, total = store.ranked(wanted, query, offset, limit)
+        async def render() -> bytes:  # in slices, a few lists at a time (otelloop.listing)
             views = self._views()
-            return {"sessions": [self._brief(s, views, findings=with_findings) for s in page], "total": total,
-                    "offset": offset, "limit": limit, "counts": store.verdict_counts()}
+            return await render_page(self.lists, self.pipeline.store, wanted, query, offset, limit,
+                                     lambda s: self._brief(s, views, findings=with_findings), _dumps)
 
-        return self._cached(request, render)
+        return await self._cached_sliced(request, render)
+
+    async def _cached_sliced(self, request: web.Request, render: Callable[[], Awaitable[bytes]]) -> web.Response:
+        """:meth:`_cached` for an answer computed in slices: a fresh enough cached answer is served at once;
+        otherwise the request waits for a turn of :attr:`lists` (503 when too many wait) and looks at the
+        cache again before computing, so that pages polling together share one computation."""
+        max_age = _float_param(request, "max_age", 0.0, 0.0, MAX_AGE)
+        hit = self._cache_hit(request, max_age)
+        if hit is not None:
+            return hit
+        async with self.lists.turn():
+            hit = self._cache_hit(request, max_age)
+            if hit is not None:
+                return hit
+            generation, now = self.events.generation + self._writes, time.monotonic()
+            body = await render()
+        self._cache_put(request, max_age, generation, now, body)
+        return web.Response(body=body, content_type="application/json", headers=_NO_STORE)
+
+    def _cache_hit(self, request: web.Request, max_age: float) -> web.Response | None:
+        if max_age <= 0:
+            return None
+        hit = self._cache.get(request.rel_url.path_qs)
+        if hit is None or hit[0] != self.events.generation + self._writes or time.monotonic() - hit[1] > max_age:
+            return None
+        return web.Response(body=hit[2], content_type="application/json", headers=_NO_STORE)
+
+    def _cache_put(self, request: web.Request, max_age: float, generation: int, now: float, body: bytes) -> None:
+        if max_age <= 0:
+            return
+        key = request.rel_url.path_qs
+        self._cache[key] = (generation, now, body)
+        self._cache.move_to_end(key)
+        while len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
 
     def _cached(self, request: web.Request, render: Callable[[], dict[str, Any]]) -> web.Response:
         """The JSON of ``render()``, shared between requests that accept an answer up to ``max_age``

@@ -287,6 +287,14 @@ class AdminConfig(_Section):
             one more is answered 503. Default: 32.
         event_buffer_kib: events buffered for one stream client that reads too slowly; a client that
             falls this far behind is disconnected (it reconnects and reloads). Default: 1024.
+        event_rate_kib: the event stream's byte budget: KiB per second it sends to all its clients
+            together. Each flush hands every client the same events, cut to this budget divided among the
+            clients connected (at least 4 KiB per flush); what does not fit is counted in
+            ``otelloop_event_stream_events_lost_total`` and clients are told to reload. Default: 4096.
+        max_concurrent_lists: session lists (``/v1/sessions``) computed at once; 64 times as many wait
+            their turn (up to 10 s) and any more are answered 503 with ``Retry-After``. Lists share the event loop
+            with the receivers and probes and run in slices, so this bounds how much of it they take.
+            Default: 2.
     """
 
     endpoint: HostPort = "0.0.0.0:9464"
@@ -301,6 +309,8 @@ class AdminConfig(_Section):
     require_client_cert: bool = False
     max_event_clients: int = Field(32, ge=1, le=10_000)
     event_buffer_kib: int = Field(1024, ge=16)
+    event_rate_kib: int = Field(4096, ge=64)
+    max_concurrent_lists: int = Field(2, ge=1, le=64)
 
 
 class ConsoleConfig(_Section):

@@ -11,6 +11,11 @@ rules keep it from ever costing the span path anything that matters:
   with a ``repeats`` count, each event is redacted and serialised once, and one chunk is handed to every
   client. If more happened between two flushes than the deque holds, the oldest are lost and clients get
   a ``lagged`` event telling them to reload.
+- **A byte budget shared by all clients.** The stream sends at most ``admin.event_rate_kib`` per second
+  to all its clients together: each flush's chunk is cut to the budget divided among the connected
+  clients (at least :data:`MIN_FLUSH_BYTES`), newest events first, so what the stream costs (bytes copied
+  to sockets, the readers' buffers) does not grow with the number of readers. What is cut is counted as
+  lost and clients get a ``lagged`` event (the console then reloads its lists, as it does for any event).
 - **Never wait for a client.** Each client has a buffer bounded in bytes (``admin.event_buffer_kib``, plus
   the one flush it is being handed); a client that falls behind by more than that is disconnected (it
   reconnects and reloads), counted and logged.
@@ -46,6 +51,16 @@ HEARTBEAT = 15.0
 PENDING_EVENTS = 8192
 #: Distinct events sent per flush; the rest are counted as lost.
 EVENTS_PER_FLUSH = 1000
+#: Smallest chunk a flush may hand every client, whatever the number of clients (a few events).
+MIN_FLUSH_BYTES = 4096
+#: Room kept in every chunk for the ``lagged`` event.
+LAGGED_BYTES = 96
+#: Clients woken per second, all together. Up to half as many clients are woken at every flush; with more,
+#: they take turns (each is woken every few flushes and writes what accumulated at once): a send to a
+#: socket costs as much as a few KiB of data, and hundreds of them at once would hold the loop.
+WAKES_PER_SECOND = 200
+#: Most bytes handed to one client's socket in one write.
+WRITE_BYTES = 64 * 1024
 #: Minimum seconds between two log lines about slow clients or lost events.
 LOG_INTERVAL = 60.0
 
@@ -53,7 +68,7 @@ LOG_INTERVAL = 60.0
 class StreamClient:
     """One connected consumer: a byte-bounded buffer of chunks and a wake-up event."""
 
-    __slots__ = ("buffer", "buffered", "wake", "dropped", "abort")
+    __slots__ = ("buffer", "buffered", "wake", "dropped", "abort", "due")
 
     def __init__(self, abort: Callable[[], None]) -> None:
         self.buffer: deque[bytes] = deque()
@@ -62,20 +77,30 @@ class StreamClient:
         self.dropped = False
         #: closes the connection (a client stuck in a full socket buffer never reaches its next read)
         self.abort = abort
+        #: waiting in the hub's queue of clients to wake
+        self.due = False
 
     async def next(self, timeout: float) -> bytes | None:
         """The next chunk to send; a keep-alive comment after ``timeout`` idle seconds; None once dropped."""
         if not self.buffer and not self.dropped:
+            # a timer rather than asyncio.wait_for, which makes a task per wait: with hundreds of clients
+            # woken twice a second that was most of what a client cost
             self.wake.clear()
+            heartbeat = asyncio.get_running_loop().call_later(timeout, self.wake.set)
             try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
+                await self.wake.wait()
+            finally:
+                heartbeat.cancel()
+            if not self.buffer and not self.dropped:
                 return b": keep-alive\n\n"
         if self.dropped:
             return None
-        chunk = self.buffer.popleft()
-        self.buffered -= len(chunk)
-        return chunk
+        parts, size = [], 0
+        while self.buffer and size < WRITE_BYTES:  # what accumulated, in one write (one send)
+            parts.append(self.buffer.popleft())
+            size += len(parts[-1])
+        self.buffered -= size
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class EventHub:
@@ -86,16 +111,19 @@ class EventHub:
         metrics: client gauge and drop counters.
         max_clients: clients served at once.
         buffer_bytes: bytes buffered per client before it is dropped.
+        rate_bytes: bytes per second sent to all clients together (the byte budget).
     """
 
     def __init__(self, pipeline: Pipeline, metrics: Metrics, max_clients: int = 32,
-                 buffer_bytes: int = 1 << 20) -> None:
+                 buffer_bytes: int = 1 << 20, rate_bytes: int = 4 << 20) -> None:
         self.pipeline = pipeline
         self.metrics = metrics
         self.max_clients = max_clients
         self.buffer_bytes = buffer_bytes
+        self.rate_bytes = rate_bytes
         self.clients: set[StreamClient] = set()
         self._pending: deque[tuple[Any, ...]] = deque(maxlen=PENDING_EVENTS)
+        self._due: deque[StreamClient] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_log: dict[str, float] = {}
@@ -138,6 +166,15 @@ class EventHub:
             self._flusher.cancel()
             self._flusher = None
         self._pending.clear()
+        self._due.clear()
+
+    def wake_due(self) -> None:
+        """Wake the clients waiting longest for what was handed to them, :data:`WAKES_PER_SECOND` a second."""
+        due = self._due
+        for _ in range(min(len(due), max(1, int(WAKES_PER_SECOND * FLUSH_INTERVAL)))):
+            client = due.popleft()
+            client.due = False
+            client.wake.set()
 
     def close(self) -> None:
         """Disconnect every client (shutdown): their handlers return at once."""
@@ -163,6 +200,7 @@ class EventHub:
                 self.flush()
             except Exception:  # never let one bad event end the stream for everyone
                 log.exception("event stream: a flush failed; its events were skipped")
+            self.wake_due()
 
     def flush(self) -> None:
         """Coalesce, serialise and hand out what happened since the last flush."""
@@ -188,16 +226,36 @@ class EventHub:
             else:
                 entry[1] += 1
                 entry[2] = item
-        lost = max(0, len(merged) - EVENTS_PER_FLUSH)
-        frames = [self._frame(first, n, last) for first, n, last in list(merged.values())[-EVENTS_PER_FLUSH:]]
+        frames, lost = self._frames(list(merged.values()), self.flush_bytes())
         if overflowed or lost:
             self.metrics.event_stream_events_lost.inc(lost or 1)
             frames.append(_sse("lagged", {"type": "lagged", "time_unix_ms": int(time.time() * 1000)}))
-            self._log("lost", "event stream: more findings than it carries; clients were told to reload")
+            self._log("lost", "event stream: more findings than it carries (admin.event_rate_kib); clients were "
+                      "told to reload")
         chunk = b"".join(f for f in frames if f)
         if chunk:
             self.generation += 1
             self.publish(chunk)
+
+    def flush_bytes(self) -> int:
+        """The budget of one flush's chunk: the stream's rate divided among the clients connected now."""
+        share = int(self.rate_bytes * FLUSH_INTERVAL) // max(1, len(self.clients))
+        return max(MIN_FLUSH_BYTES, share)
+
+    def _frames(self, entries: list[list[Any]], budget: int) -> tuple[list[bytes], int]:
+        """The frames of the newest ``entries`` that fit ``budget`` bytes (and :data:`EVENTS_PER_FLUSH`), in
+        order, and how many did not fit. Events that do not fit are not even serialised."""
+        frames: list[bytes] = []
+        room = budget - LAGGED_BYTES
+        for i in range(len(entries) - 1, -1, -1):
+            if len(frames) >= EVENTS_PER_FLUSH:
+                return frames[::-1], i + 1
+            frame = self._frame(*entries[i])
+            if len(frame) > room:
+                return frames[::-1], i + 1
+            frames.append(frame)
+            room -= len(frame)
+        return frames[::-1], 0
 
     def publish(self, chunk: bytes) -> None:
         """Queue ``chunk`` for every client; drop a client whose buffer would exceed its bound (a client
@@ -210,7 +268,9 @@ class EventHub:
                 continue
             client.buffer.append(chunk)
             client.buffered += len(chunk)
-            client.wake.set()
+            if not client.due:
+                client.due = True
+                self._due.append(client)
 
     def _drop(self, client: StreamClient) -> None:
         client.dropped = True

@@ -140,10 +140,11 @@ class Service:
                             cfg.receiver.http.read_body_timeout)
         self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
         self.events = EventHub(self.pipeline, self.metrics, cfg.admin.max_event_clients,
-                               cfg.admin.event_buffer_kib * 1024)
+                               cfg.admin.event_buffer_kib * 1024, cfg.admin.event_rate_kib * 1024)
         admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only,
                          agent_token=agent_token(cfg),
-                         allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events)
+                         allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events,
+                         max_concurrent_lists=cfg.admin.max_concurrent_lists)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
                                                     client_certs=cfg.admin.require_client_cert,
                                                     cancel_on_disconnect=True)

@@ -19,9 +19,10 @@ import struct
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from otelloop.bounds import deep_size
 from otelloop.detectors.registry import slot
@@ -30,6 +31,7 @@ from otelloop.progress import ProgressState
 from otelloop.redact import redact
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How many recent findings a session remembers for the sessions API (one entry per detector and event,
 #: with how many times it was reported).
@@ -58,6 +60,8 @@ EVICTION_LOG_INTERVAL = 300.0
 #: how many seconds an estimate is reused.
 SIZE_SAMPLE = 64
 SIZE_ESTIMATE_TTL = 5.0
+#: Sessions looked at between two chances for the event loop to run, when a list is ranked in slices.
+RANK_BATCH = 1024
 
 
 class Session:
@@ -258,8 +262,32 @@ def recent_steps(session: Session) -> list[dict[str, Any]]:
     return out
 
 
-def _severity_key(session: Session) -> tuple[int, float]:
-    return -VERDICT_RANK[session.verdict], -session.last_seen
+_last_seen = attrgetter("last_seen")
+
+
+def _batches(items: list[T]) -> Iterator[list[T]]:
+    for start in range(0, len(items), RANK_BATCH):
+        yield items[start:start + RANK_BATCH]
+
+
+def _newest(sessions: list[Session], want: int) -> Generator[None, None, list[Session]]:
+    """The ``want`` most recently seen of ``sessions``, newest first: each batch sorted, then the batches
+    merged (no single step sorts them all); keyed by a float, which is no object for the collector."""
+    if want <= 0:
+        return []
+    runs = []
+    for batch in _batches(sessions):
+        batch.sort(key=_last_seen, reverse=True)
+        runs.append(batch[:want])
+        yield
+    out: list[Session] = []
+    for session in heapq.merge(*runs, key=_last_seen, reverse=True):
+        out.append(session)
+        if len(out) >= want:
+            break
+        if len(out) % RANK_BATCH == 0:
+            yield
+    return out
 
 
 class SessionStore:
@@ -429,40 +457,69 @@ class SessionStore:
 
     def ranked(self, verdict: str | None = None, query: str = "", offset: int = 0,
                limit: int = 100) -> tuple[list[Session], int]:
+        """:meth:`ranking` run to its end at once."""
+        steps = self.ranking(verdict, query, offset, limit)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def ranking(self, verdict: str | None = None, query: str = "", offset: int = 0,
+                limit: int = 100) -> Generator[None, None, tuple[list[Session], int]]:
         """Sessions most severe first (then most recently seen first), filtered by verdict and by a
         case-insensitive substring of the session id or agent; returns (page, total matching).
 
-        Without a query the cost is O(flagged + offset + limit) (plus a sort of the flagged sessions,
-        bounded by ``offset + limit``), whatever the number of live sessions; a query scans them all once.
+        A generator that yields after every :data:`RANK_BATCH` sessions, so that a caller on the event
+        loop can let the receivers and probes run between batches (``otelloop.listing``). It ranks copies
+        of the indexes taken when it starts (so sessions created, touched or evicted meanwhile cannot break
+        it); a session's verdict is read once, when its batch is reached. It makes no object per session
+        (a burst of lists would otherwise feed the cyclic garbage collector, whose full passes over every
+        session hold the loop).
+
+        Without a query the cost is O(flagged + offset + limit) while those are few, whatever the number
+        of live sessions; a query, or a page deep into the list, looks at every session once.
         """
         query = query.lower()
-        flagged = [s for s in list(self.flagged.values()) if s.verdict != "continue"]
-        if verdict is not None:
-            flagged = [s for s in flagged if s.verdict == verdict] if verdict != "continue" else []
+        want = offset + limit
 
         def matches(s: Session) -> bool:
             return not query or query in s.id.lower() or query in s.agent.lower()
 
-        want = offset + limit
-        if query:
-            flagged = [s for s in flagged if matches(s)]
-        total_flagged = len(flagged)
-        top = heapq.nsmallest(want, flagged, key=_severity_key) if total_flagged > want else \
-            sorted(flagged, key=_severity_key)
+        groups: dict[str, list[Session]] = {v: [] for v in VERDICT_RANK if v != "continue"}
+        if verdict != "continue":
+            for batch in _batches(list(self.flagged.values())):
+                for s in batch:
+                    v = s.verdict
+                    if v != "continue" and (verdict is None or v == verdict) and matches(s):
+                        groups[v].append(s)
+                yield
+        total_flagged = sum(len(g) for g in groups.values())
+        top: list[Session] = []
+        for v in sorted(groups, key=VERDICT_RANK.__getitem__, reverse=True):
+            if len(top) < want:
+                top += yield from _newest(groups[v], want - len(top))
         page = top[offset:offset + limit]
         if verdict not in (None, "continue"):
             return page, total_flagged
-        counts_continue = len(self._sessions) - len(self.flagged)
-        need = want - len(top)
-        if query:
-            rest = [s for s in reversed(list(self._sessions.values())) if s.verdict == "continue" and matches(s)]
-            total = total_flagged + len(rest)
-        else:
-            rest = []
-            if need > 0:
-                recent = list(islice(reversed(self._sessions.values()), need + len(self.flagged)))
-                rest = [s for s in recent if s.verdict == "continue"][:need]
-            total = total_flagged + counts_continue
         skip = max(0, offset - total_flagged)
-        page += rest[skip:skip + limit - len(page)]
+        need = skip + limit - len(page)
+        total = total_flagged + len(self._sessions) - len(self.flagged)
+        if not query and need <= 0:
+            return page, total
+        if not query and need + len(self.flagged) <= RANK_BATCH:  # the console's case: a few recent ones
+            recent = islice(reversed(self._sessions.values()), need + len(self.flagged))
+            page += [s for s in recent if s.verdict == "continue"][skip:need]
+            return page, total
+        # Walking the last-seen order of every session (a linked list) costs 20 times more than copying the
+        # sessions in creation order: copy, filter a batch at a time, and order by when each was last seen.
+        everyone = list(dict.values(self._sessions))
+        yield
+        rest: list[Session] = []
+        for batch in _batches(everyone):
+            rest += [s for s in batch if s.verdict == "continue" and matches(s)]
+            yield
+        if query:
+            total = total_flagged + len(rest)
+        page += (yield from _newest(rest, need))[skip:need]
         return page, total

@@ -312,6 +312,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("otelloop_event_stream_events_lost", "counter", (),
                "Events the event stream could not carry (clients were told to reload).",
                "Events dropped when the stream's own queue was full.", attribute="event_stream_events_lost"),
+    MetricSpec("otelloop_admin_lists_refused", "counter", (),
+               "Session lists refused because too many were being computed or waiting (503).",
+               "At most `admin.max_concurrent_lists` are computed at once and 64 times as many wait; see "
+               "docs/console.md.", attribute="admin_lists_refused"),
     MetricSpec("otelloop_build_info", "gauge", ("version",),
                "otelloop build information.", "Always 1.", attribute="build_info"),
 )
@@ -408,6 +412,7 @@ class Metrics:
     event_stream_clients: Gauge
     event_stream_clients_dropped: Counter
     event_stream_events_lost: Counter
+    admin_lists_refused: Counter
     build_info: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None, limits: Any = None) -> None:

@@ -213,3 +213,41 @@ async def test_more_than_the_stream_carries_tells_clients_to_reload(monkeypatch:
     assert metrics.event_stream_events_lost._value.get() == 15
     hub.unsubscribe(client)
     await asyncio.sleep(0)
+
+
+async def test_each_flush_is_cut_to_the_byte_budget_shared_by_the_clients() -> None:
+    metrics = Metrics()
+    hub = EventHub(Pipeline(), metrics, max_clients=1000, rate_bytes=200 * 1024)  # 100 KiB a flush in all
+    clients = [hub.subscribe(lambda: None) for _ in range(10)]
+    assert all(c is not None for c in clients)
+    assert hub.flush_bytes() == 100 * 1024 // 10
+    for n in range(300):  # about 90 KB of distinct events
+        hub._on_finding(*_finding(n))
+    hub.flush()
+    chunks = {bytes(c.buffer[0]) for c in clients if c is not None}
+    assert len(chunks) == 1  # one serialisation, the same bytes for every client
+    chunk = chunks.pop()
+    assert len(chunk) <= hub.flush_bytes() and b"event: lagged" in chunk
+    sent = chunk.count(b"event: finding")
+    assert 0 < sent < 300 and metrics.event_stream_events_lost._value.get() == 300 - sent
+    assert b'"session_id":"s299"' in chunk  # the newest are kept
+    for c in clients:
+        assert c is not None
+        hub.unsubscribe(c)
+
+
+async def test_with_many_clients_they_are_woken_in_turns() -> None:
+    import otelloop.events as events
+
+    hub = EventHub(Pipeline(), Metrics(), max_clients=1000)
+    clients = [hub.subscribe(lambda: None) for _ in range(250)]
+    hub.publish(b"event: finding\ndata: {}\n\n")
+    per_flush = int(events.WAKES_PER_SECOND * events.FLUSH_INTERVAL)
+    woken = []
+    for _ in range(3):
+        hub.wake_due()
+        woken.append(sum(c.wake.is_set() for c in clients if c is not None))
+    assert woken == [per_flush, 2 * per_flush, 250]
+    for c in clients:
+        assert c is not None
+        hub.unsubscribe(c)

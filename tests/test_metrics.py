@@ -42,6 +42,7 @@ CONTRACT = {
     "otelloop_event_stream_clients": set(),
     "otelloop_event_stream_clients_dropped_total": set(),
     "otelloop_event_stream_events_lost_total": set(),
+    "otelloop_admin_lists_refused_total": set(),
     "otelloop_build_info": {"version"},
 }
 #: Label names that would make a series per trace, session, span or request: never allowed.

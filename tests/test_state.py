@@ -127,3 +127,44 @@ def test_a_repeated_vote_is_kept_redacted() -> None:
                                            "stop running curl -H 'Authorization: Bearer ***'")}
     session.apply_votes({"drift": ("nudge", "run_shell failing", "stop")})
     assert session.votes == {"drift": ("nudge", "run_shell failing", "stop")} and session.message == "stop"
+
+
+def test_ranking_in_slices_gives_the_naive_order_and_totals() -> None:
+    """The sliced ranking (several batches of sessions) answers like a plain sort of every session."""
+    import random
+
+    import otelloop.state as state
+
+    rng = random.Random(7)
+    clock = Clock()
+    store = SessionStore(10_000, 3600, clock=clock)
+    for i in range(3000):
+        clock.now += 0.001
+        s = store.touch(f"s{i:05d}")
+        s.agent = rng.choice(["planner", "coder", "Reviewer"])
+        verdict = rng.choice(["continue"] * 6 + ["nudge", "stop", "paused"])
+        if verdict != "continue":
+            before, s.verdict = s.verdict, verdict
+            store.verdict_changed(s, before)
+    for i in rng.sample(range(3000), 300):  # touched again: last-seen order differs from creation
+        clock.now += 0.001
+        store.touch(f"s{i:05d}")
+    every = list(store)
+
+    def naive(verdict: str | None, query: str) -> list[str]:
+        kept = [s for s in every if (verdict is None or s.verdict == verdict)
+                and (not query or query in s.id.lower() or query in s.agent.lower())]
+        return [s.id for s in sorted(kept, key=lambda s: (-state.VERDICT_RANK[s.verdict], -s.last_seen))]
+
+    old_batch = state.RANK_BATCH
+    state.RANK_BATCH = 64
+    try:
+        for verdict in (None, "nudge", "continue"):
+            for query in ("", "review", "s01"):
+                expected = naive(verdict, query)
+                for offset, limit in ((0, 100), (150, 500), (2900, 200), (0, 5000)):
+                    page, total = store.ranked(verdict, query, offset, limit)
+                    assert total == len(expected), (verdict, query)
+                    assert [s.id for s in page] == expected[offset:offset + limit], (verdict, query, offset)
+    finally:
+        state.RANK_BATCH = old_batch
