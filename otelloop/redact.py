@@ -278,7 +278,7 @@ _NAME_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("://",), r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<s>[A-Za-z0-9_\-]{20,}+)@"),
     (("sig",), r"(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature)=(?!\*\*\*)(?P<s>[^&\s#\"']++)"),
 )
-#: Password options of command-line tools: each match has an option after a space or tab, but three.
+#: Password options of command-line tools, each found after its command's name.
 _COMMAND_RULES: tuple[tuple[tuple[str, ...], str | _CommandRule], ...] = (
     (("curl",), _CommandRule("curl", r"(?:-u|--user|-U|--proxy-user)(?:\s*+|=)[\"']?[^\s:'\"]++:",
                          r"(?!\*\*\*)(?P<s>[^\s'\"]++)")),
@@ -324,8 +324,7 @@ def _group(table: tuple[tuple[tuple[str, ...], str | _CommandRule], ...], *words
 
 
 #: The rules in three groups, each with one check that lets most texts skip the whole group.
-_RULES = (_group(_NAME_RULES), _group(_COMMAND_RULES, " -", "\t-", "sqlplus", "rabbitmqctl", "vault"),
-          _group(_SHAPE_RULES))
+_RULES = (_group(_NAME_RULES), _group(_COMMAND_RULES), _group(_SHAPE_RULES))
 
 
 def _keep(rule: re.Pattern[str] | _CommandRule, match: re.Match[str]) -> bool:
