@@ -51,10 +51,10 @@ long random segments are judged), words and hyphenated or snake_case names, UUID
 values, hex digests after ``git``/``commit``/``sha256``/``trace``/``span`` (commit ids, image digests,
 trace ids), port options (``ssh -p 2222``), counts.
 
-Why no library: the Python secret scanners were measured on the test table of 102 credential forms and
+Why no library: the Python secret scanners were measured on the test table of 103 credential forms and
 34 plain texts (``tests/credential_forms.py``, ``benchmarks/bench_redact.py --compare``): Yelp's
 ``detect-secrets`` 1.5 found 23 forms (its Bridgecrew fork 30) at 1.6 ms a call (its line scan, more
-through a file); Microsoft's ``secret-masker`` 1.0.0b4 found 6 at 0.3 ms; MongoDB's Kingfisher SDK 1.5
+through a file); Microsoft's ``secret-masker`` 1.0.0b4 found 7 at 0.3 ms; MongoDB's Kingfisher SDK 1.5
 (native, 35 MB installed, 1.5 s to compile its rules) found 27 at 22 µs. They look for provider token
 shapes in source files; what agents' commands carry is mostly ``name=value`` pairs, command-line
 password options and encoded text, which none of them reads, and the shapes they find are covered here
@@ -275,7 +275,7 @@ _NAME_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("auth",), r"(?i)\bauth\s*+=\s*+\(\s*+(?P<qa>[\"'])[^\"'\n]*(?P=qa)\s*+,\s*+(?!\*\*\*)(?P<s>[\"'][^\"'\n]*[\"'])"),
     # URLs: scheme://user:password@host (the last @ of the authority), scheme://token@host, signatures
     (("://",), r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@]*+:(?!\*\*\*)(?P<s>[^\s/?#]*)@"),
-    (("://",), r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<s>[A-Za-z0-9_\-]{20,}+)@"),
+    (("://",), r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<s>[A-Za-z0-9_\-]{20,}+)(?=[:@])"),
     (("sig",), r"(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature)=(?!\*\*\*)(?P<s>[^&\s#\"']++)"),
 )
 #: Password options of command-line tools, each found after its command's name.
@@ -446,7 +446,10 @@ def _pieces(token: str, start: int) -> list[tuple[str, int]]:
 def _random_spans(view: str) -> list[Span]:
     spans = []
     for match in _CANDIDATE.finditer(view):
-        token, start = match.group(), match.start()
+        token = match.group().lstrip("/")  # the slashes of ``://`` or of a root are no part of a key
+        start = match.end() - len(token)
+        if len(token) < 20:
+            continue
         if ("=" not in token.rstrip("=") or token.startswith(_TOKEN_PREFIXES)) and _is_secret(view, start, token):
             spans.append((start, match.end()))
         elif "/" in token or "=" in token:

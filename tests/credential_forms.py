@@ -85,6 +85,8 @@ SECRET_FORMS: list[tuple[str, str, tuple[str, ...]]] = [
     ("password with @", "psql postgres://app:p@ss-w0rd@db/app", ("p@ss-w0rd", "ss-w0rd")),
     ("token as URL user", "git clone https://3f2c9a1b7d4e6f8a0b1c2d3e4f5a6b7c8d9e0f1a@github.com/o/r.git",
      ("3f2c9a1b7d4e6f8a0b1c2d3e4f5a6b7c8d9e0f1a",)),
+    ("token as URL user, with a password", "git clone https://3f2c9a1b7d4e6f8a0b1c2d3e4f5a6b7c8d9e0f1a:"
+     "x-oauth-basic@github.com/o/r.git", ("3f2c9a1b7d4e6f8a0b1c2d3e4f5a6b7c8d9e0f1a",)),
     ("x-access-token URL", "git remote set-url origin https://x-access-token:ghs_16C7e42F292c6912E7710c838347Ae1"
      "78B4a@github.com/o/r.git", ("ghs_16C7e42F292c6912E7710c838347Ae178B4a",)),
     # -- headers ----------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Credentials an agent runs stay masked everywhere a running server shows them.
 
 An agent's shell command fails the same way again and again; the drift detector quotes the command in its
-finding, its evidence and its nudge. Every credential form of ``tests/credential_forms.py`` (102 forms:
+finding, its evidence and its nudge. Every credential form of ``tests/credential_forms.py`` (103 forms:
 command-line password options, ``name=value`` spellings, URLs, headers, JSON- and URL-encoded text,
 full-width and zero-width characters, provider token shapes, key blocks) is such a command, one session
 each, sent over OTLP/gRPC to a real ``otelloop serve`` in detect-only mode. The figure it must hold: none
-of the 102 forms leaks (not the secret, nor any 8-character piece of a long one) through ``/v1/sessions``,
+of the 103 forms leaks (not the secret, nor any 8-character piece of a long one) through ``/v1/sessions``,
 ``/v1/sessions/{id}``, ``/v1/sessions/{id}/verdict``, ``/v1/alerts``, the ``/v1/events`` stream or the
-server's stderr log. Before redaction read decoded views and knew these forms, 48 of the 102 leaked.
+server's stderr log. Before redaction read decoded views and knew these forms, 48 of the 103 leaked.
 """
 
 from __future__ import annotations
