@@ -15,7 +15,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 #: Default of ``limits.max_string_bytes``.
 DEFAULT_MAX_STRING_BYTES = 256
@@ -70,28 +70,6 @@ def _width(text: str) -> int:
     """Bytes per character CPython stores ``text`` with."""
     widest = ord(max(text)) if text else 0
     return 1 if widest < 0x100 else 2 if widest < 0x10000 else 4
-
-
-def cut_optional(text: str | None, max_bytes: int) -> str | None:
-    return text if text is None else cut(text, max_bytes)
-
-
-def str_bytes(text: str) -> int:
-    """Memory held by a str object (exact, O(1))."""
-    return sys.getsizeof(text)
-
-
-class Cache(Protocol):
-    """What the memory guard needs of a process-wide cache."""
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the cache accounts for (its entries' estimated size)."""
-        ...
-
-    def clear(self) -> None:
-        """Forget everything (the cache refills from traffic)."""
-        ...
 
 
 #: id -> weak reference of every registered cache (caches may be unhashable dicts)

@@ -103,7 +103,8 @@ class Service:
         self.ready_file = ready_file
         self.metrics = Metrics(limits=config.metrics)
         self.pipeline = Pipeline(config, self.metrics)
-        self.memory = MemoryGuard(config.limits.memory_mib, on_shed=self._shed)
+        sheds = self.metrics.memory_sheds
+        self.memory = MemoryGuard(config.limits.memory_mib, on_shed=lambda _sessions, _freed: sheds.inc())
         self.exporter: Any = None
         self.addresses: dict[str, str] = {}
         self._ready = False
@@ -187,9 +188,6 @@ class Service:
         in_flight = self.memory.in_flight
         self.metrics.observe_memory(accounting.accounted, lambda: in_flight.nbytes)
         return accounting
-
-    def _shed(self, sessions: int, cache_bytes: int) -> None:
-        self.metrics.memory_sheds.inc()
 
     def readiness(self) -> tuple[bool, str]:
         if not self._ready:
