@@ -1,0 +1,142 @@
+"""Per-call noise recognised by its shape: identifiers of any alphabet and clock values.
+
+A tool's result often carries parts that change on every call and say nothing about the work: a
+request id (``req_8fK2pQzL9xWm3NcV``), a serving time in epoch milliseconds, an ETag, a page cursor.
+Left in, they make every repetition of a stuck call look new. Word lists of field names do not travel
+(every API names them differently, in every language), so this module decides by what a value *is*:
+
+- an **identifier** is a token of letters and digits (any alphabet: hex, base32, base58, base62,
+  base64 with ``+/=``, base64url with ``-_``) long enough to be random (:data:`MIN_ID_CHARS`) whose
+  characters switch between classes (digit, upper case, lower case) as often as random text does and
+  far more often than words, CamelCase names or version strings do (:func:`id_shaped`); a short
+  alphabetic prefix such as ``req_`` or ``chatcmpl-`` is kept, since it says what the id is;
+- a **clock value** is a run of 10, 13, 16 or 19 digits that read as epoch seconds, milliseconds,
+  microseconds or nanoseconds falls within :data:`CLOCK_WINDOW_S` of the span's own clock
+  (:func:`clock_shaped`); other runs of 15 digits or more are ids (snowflake-style);
+- text forms of clock values (RFC 3339 with fractions and zones, HTTP dates, relative ages such as
+  ``3 minutes ago``, compact and ISO 8601 durations) are patterns in :mod:`otelloop.mapping.results`.
+
+What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
+amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
+and path segments are words).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Shortest token (after its alphabetic prefix) that can be a random identifier: 12 random characters of
+#: base 16 already hold 48 bits; shorter mixed tokens (``x86_64``, ``utf8mb4``, ``sha256``) are names.
+MIN_ID_CHARS = 12
+#: Fraction of neighbouring characters in different classes (digit, upper, lower) from which a token is
+#: random: random hex switches about 47 % of the time, base32 about 43 %, base62 about 62 %; words,
+#: CamelCase names and ``x86_64-linux-gnu`` stay under 30 %.
+MIN_SWITCH_RATE = 0.3
+#: Switch rate from which a token with at most one run of digits is random: base62 and base58 letters
+#: switch case about half of the time.
+MIN_CASE_SWITCH_RATE = 0.45
+#: Share of vowels among a token's letters under which they are not words (random Latin letters hold
+#: about 19 % vowels, English and German words 35 to 40 %).
+MAX_VOWEL_SHARE = 0.25
+#: A run of digits is a clock value when, read in a unit of its length, it is this close to the span's
+#: clock (a server's time differs from the agent's by its latency and its clock skew, never by a year).
+CLOCK_WINDOW_S = 400 * 86400
+#: Without a span clock, the plausible range of an epoch in seconds (2001-09-09 to 2099-12-31).
+_EPOCH_RANGE_S = (1_000_000_000, 4_102_444_800)
+#: Digits → the unit (per second) of an epoch value of that many digits.
+_CLOCK_UNITS = {10: 1, 13: 1_000, 16: 1_000_000, 19: 1_000_000_000}
+#: A run of this many digits or more that is not a clock value is an identifier (snowflake-style ids are
+#: 17 to 19 digits; 12-digit account numbers and 13-digit ISBNs are stable and stay).
+MIN_ID_DIGITS = 15
+#: A short alphabetic prefix naming what a token is (``req_``, ``chatcmpl-``, ``sk-``, ``evt_``).
+_PREFIX = re.compile(r"[A-Za-z]{1,16}[_-]")
+
+
+def id_shaped(token: str) -> bool:
+    """Whether a token of ``[A-Za-z0-9+/=_-]`` is a random identifier (see the module docstring)."""
+    prefix = _PREFIX.match(token)
+    body = token[prefix.end():] if prefix is not None else token
+    return len(body) >= MIN_ID_CHARS and _random_like(body)
+
+
+def _random_like(body: str) -> bool:
+    """Whether the alphanumeric characters of ``body`` look random rather than like words.
+
+    Three signs, each rare in words and names of any Latin-script language: characters switching class
+    (digit, upper, lower) at nearly every step; digits spread in several runs among letters that switch
+    often; few vowels among the letters (random letters are about one fifth vowels, words twice that).
+    """
+    switches = digits = alnum = digit_runs = vowels = 0
+    last = ""
+    for ch in body:
+        if "0" <= ch <= "9":
+            cls = "d"
+            digits += 1
+            if last != "d":
+                digit_runs += 1
+        elif "a" <= ch <= "z":
+            cls = "l"
+            vowels += ch in "aeiou"
+        elif "A" <= ch <= "Z":
+            cls = "u"
+            vowels += ch in "AEIOU"
+        else:  # separators and padding neither count nor break a run
+            continue
+        alnum += 1
+        if last and cls != last:
+            switches += 1
+        last = cls
+    if alnum < MIN_ID_CHARS or digits == alnum:
+        return False  # too short, or digits only (judged as a number by clock_shaped)
+    rate = switches / (alnum - 1)
+    vowel_share = vowels / (alnum - digits)
+    if rate >= MIN_CASE_SWITCH_RATE and (digits or vowel_share < MAX_VOWEL_SHARE + 0.05):
+        return True  # (CamelCase of short words, ``CrashLoopBackOff``, switches often but has vowels)
+    if digit_runs >= 2:
+        return rate >= MIN_SWITCH_RATE or vowel_share < MAX_VOWEL_SHARE
+    return rate >= MIN_SWITCH_RATE and vowel_share < MAX_VOWEL_SHARE - 0.05 and alnum >= 16
+
+
+def clock_shaped(digits: str, clock_s: float | None) -> bool:
+    """Whether a run of digits (with an optional fraction after 10 digits: ``1764121234.567``) is an
+    epoch value near ``clock_s`` (the span's start, seconds; None: a plausible epoch at all)."""
+    whole, _, _ = digits.partition(".")
+    unit = _CLOCK_UNITS.get(len(whole))
+    if unit is None or (unit != 1 and whole != digits):
+        return False
+    seconds = int(whole) / unit
+    if clock_s is None or clock_s <= 0:
+        return _EPOCH_RANGE_S[0] <= seconds <= _EPOCH_RANGE_S[1]
+    return abs(seconds - clock_s) <= CLOCK_WINDOW_S
+
+
+def number_noise(value: int | float, clock_s: float | None) -> str | None:
+    """The placeholder of a JSON number that is a clock value or a long numeric id, else None."""
+    if isinstance(value, bool) or not value or value < 1_000_000_000:
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return "<clock>" if clock_shaped(repr(value), clock_s) else None
+        value = int(value)
+    text = str(value)
+    if clock_shaped(text, clock_s):
+        return "<clock>"
+    return "<id>" if len(text) >= MIN_ID_DIGITS else None
+
+
+def digit_run(match: re.Match[str], clock_s: float | None) -> str:
+    """A regex callback for runs of 10 digits or more: ``<clock>``, ``<id>`` or the run itself."""
+    run = match.group()
+    if clock_shaped(run, clock_s):
+        return "<clock>"
+    return "<id>" if "." not in run and len(run) >= MIN_ID_DIGITS else run
+
+
+def token(match: re.Match[str]) -> str:
+    """A regex callback for candidate identifier tokens: masked (its prefix kept) when id-shaped."""
+    tok = match.group()
+    prefix = _PREFIX.match(tok)
+    body = tok[prefix.end():] if prefix is not None else tok
+    if len(body) < MIN_ID_CHARS or not _random_like(body):
+        return tok
+    return (prefix.group() if prefix is not None else "") + "<id>"
