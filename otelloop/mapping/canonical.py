@@ -41,6 +41,7 @@ _PROGRESS_TEXT = re.compile(r"^[\s\d.,/%:]*$|^\s*\d+\s+(?:of|/)\s+\d+\s*$")
 #: A masked string that is nothing but placeholders (with an id's prefix, an ETag's quotes).
 _ONLY_NOISE = re.compile(
     r"^(?:W/)?\W*(?:(?:[A-Za-z]{1,16}[_-])?<(?:uuid|date|time|tmp|addr|hex|dur|age|clock|id)>\W*)+$")
+_SPACE = re.compile(r"\s")
 _LETTER_AND_DIGIT = re.compile(r"[A-Za-z].*\d|\d.*[A-Za-z]", re.DOTALL)
 
 #: Canonical texts kept for similarity detectors are cut to this many characters (and to
@@ -114,6 +115,11 @@ def _mask(obj: Any, walk: _Walk, path: int = 0) -> Any:
     numeric ids become placeholders; a leaf equal to an argument value of the call (``walk.echoes``) is
     an echo, replaced by ``<arg>`` and folded into ``walk.echo``. Each leaf is recorded with its path
     (``walk.leaves``), and the original value of each string that held noise in ``walk.tokens``.
+
+    An echoed value that names something (a number, a string without whitespace: an order id, a file
+    path) is folded into ``walk.echo``, so that the results of two calls about different things stay
+    different however alike the rest is; echoed prose (a search query repeated in its results) is not,
+    so that paraphrased calls that find the same things still look alike.
     """
     if isinstance(obj, dict):
         if not obj:
@@ -132,7 +138,8 @@ def _mask(obj: Any, walk: _Walk, path: int = 0) -> Any:
         walk.said = walk.said or isinstance(obj, bool)
         return obj
     if walk.echoes and obj in walk.echoes:
-        walk.echo = zlib.crc32(repr(obj).encode("utf-8", "surrogatepass"), walk.echo)
+        if not isinstance(obj, str) or not _SPACE.search(obj):  # an id, a code, a path, a number
+            walk.echo = zlib.crc32(repr(obj).encode("utf-8", "surrogatepass"), walk.echo)
         walk.leaf(path, "<arg>", False)
         return "<arg>"
     if isinstance(obj, str):

@@ -50,13 +50,29 @@ _CLOCK_UNITS = {10: 1, 13: 1_000, 16: 1_000_000, 19: 1_000_000_000}
 MIN_ID_DIGITS = 15
 #: A short alphabetic prefix naming what a token is (``req_``, ``chatcmpl-``, ``sk-``, ``evt_``).
 _PREFIX = re.compile(r"[A-Za-z]{1,16}[_-]")
+#: Upper case, lower case and digits, all three, in a token body of letters and digits only.
+_MIXED = re.compile(r"(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]+$")
 
 
 def id_shaped(token: str) -> bool:
     """Whether a token of ``[A-Za-z0-9+/=_-]`` is a random identifier (see the module docstring)."""
     prefix = _PREFIX.match(token)
     body = token[prefix.end():] if prefix is not None else token
-    return len(body) >= MIN_ID_CHARS and _random_like(body)
+    return _id_body(body, prefix is not None)
+
+
+def _id_body(body: str, prefixed: bool) -> bool:
+    """Whether a token's body (after its prefix, if ``prefixed``) is random.
+
+    A prefixed body of 16 characters or more that mixes upper case, lower case and digits is an id
+    whatever its switch rate: that is how prefixed ids are made (``req_``, ``cus_``, ``evt_`` + base62),
+    and no word is.
+    """
+    if len(body) < MIN_ID_CHARS:
+        return False
+    if prefixed and len(body) >= 16 and _MIXED.match(body) is not None:
+        return True
+    return _random_like(body)
 
 
 def _random_like(body: str) -> bool:
@@ -137,6 +153,6 @@ def token(match: re.Match[str]) -> str:
     tok = match.group()
     prefix = _PREFIX.match(tok)
     body = tok[prefix.end():] if prefix is not None else tok
-    if len(body) < MIN_ID_CHARS or not _random_like(body):
+    if not _id_body(body, prefix is not None):
         return tok
     return (prefix.group() if prefix is not None else "") + "<id>"
