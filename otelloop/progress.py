@@ -203,6 +203,7 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
             step.args_hash = step.args_key
     call = step.args_hash or 0
     leaves = step.leaves
+    echo = 0 if paging else step.echo
     output = step.output_hash
     if at >= 0:
         noisy = _learn(tools, at, call, leaves)
@@ -210,11 +211,14 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
             output = _without(leaves, noisy)
             old = _old_leaves(tools, at)
             if old is not None and tools[at + 1] == call:  # the last result, seen as it is now seen
-                _remember_result(progress.keys, _without(old, noisy))
-    if step.echo and not paging and output is not None:
-        output = _stable("echo", output, step.echo)
+                _remember_result(progress.keys, _with_echo(_without(old, noisy), echo))
     _store(tools, at, tool, call, leaves, step.result_tokens)
-    return output
+    return None if output is None else _with_echo(output, echo)
+
+
+def _with_echo(output: int, echo: int) -> int:
+    """A result's hash with the CRC of the argument values it echoes folded in (none: as it is)."""
+    return _stable("echo", output, echo) & _MASK64 if echo else output
 
 
 def _tool_hash(name: str) -> int:

@@ -35,7 +35,7 @@ MAX_LEAVES = 32
 MAX_TOKENS = 4
 #: The bit of a leaf (``Step.leaves``) that says its value may be learned as noise: a string mixing
 #: letters and digits that is not a count or a fraction (``r14``, ``a8Kd2``; not ``running``, ``40%``,
-#: ``3/10``, numbers or booleans).
+#: ``3/10``, numbers or booleans), outside any list (a list's items are what the result lists).
 LEARNABLE = 1
 _PROGRESS_TEXT = re.compile(r"^[\s\d.,/%:]*$|^\s*\d+\s+(?:of|/)\s+\d+\s*$")
 #: A masked string that is nothing but placeholders (with an id's prefix, an ETag's quotes).
@@ -107,14 +107,15 @@ class _Walk:
         leaves.append((path << 32) | crc | (LEARNABLE if learnable else 0))
 
 
-def _mask(obj: Any, walk: _Walk, path: int = 0) -> Any:
+def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
     """A parsed result compared as a structure: envelope keys dropped, noise masked leaf by leaf.
 
     Strings have their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
     any alphabet, clock values near ``walk.clock_s``, durations); numbers that are clock values or long
     numeric ids become placeholders; a leaf equal to an argument value of the call (``walk.echoes``) is
     an echo, replaced by ``<arg>`` and folded into ``walk.echo``. Each leaf is recorded with its path
-    (``walk.leaves``), and the original value of each string that held noise in ``walk.tokens``.
+    (``walk.leaves``; ``listed``: inside a list, whose items are what the result lists and never
+    noise), and the original value of each string that held noise in ``walk.tokens``.
 
     An echoed value that names something (a number, a string without whitespace: an order id, a file
     path) is folded into ``walk.echo``, so that the results of two calls about different things stay
@@ -127,12 +128,12 @@ def _mask(obj: Any, walk: _Walk, path: int = 0) -> Any:
         out = {}
         for k, v in obj.items():
             if k not in ENVELOPE_KEYS:
-                out[k] = _mask(v, walk, zlib.crc32(k.encode("utf-8", "surrogatepass"), path))
+                out[k] = _mask(v, walk, zlib.crc32(k.encode("utf-8", "surrogatepass"), path), listed)
         return out
     if isinstance(obj, list):
         if not obj:
             walk.hollow = True
-        return [_mask(v, walk, zlib.crc32(b"%d" % i, path)) for i, v in enumerate(obj)]
+        return [_mask(v, walk, zlib.crc32(b"%d" % i, path), True) for i, v in enumerate(obj)]
     if obj is None or obj == "" or isinstance(obj, bool):
         walk.leaf(path, obj, False)
         walk.said = walk.said or isinstance(obj, bool)
@@ -151,7 +152,7 @@ def _mask(obj: Any, walk: _Walk, path: int = 0) -> Any:
                 walk.leaf(path, masked, False)
                 return masked  # a value that is nothing but noise says nothing
         walk.said = True
-        walk.leaf(path, masked, _PROGRESS_TEXT.match(masked) is None
+        walk.leaf(path, masked, not listed and _PROGRESS_TEXT.match(masked) is None
                   and _LETTER_AND_DIGIT.search(masked) is not None)
         return masked
     if isinstance(obj, (int, float)):
@@ -436,8 +437,10 @@ class Canonicalizer:
         elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_envelopes(parsed))), empty, 0, None)
+        elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
+            empty = parsed.strip() == ""
+            result = (hash_text(normalise_result(parsed, clock_s)), empty, result_flags(parsed, empty), None)
         else:
-            parsed = call_result(parsed)
             echoes: set[Any] = set()
             if args:
                 _arg_values(args, echoes)

@@ -50,6 +50,9 @@ _CLOCK_UNITS = {10: 1, 13: 1_000, 16: 1_000_000, 19: 1_000_000_000}
 MIN_ID_DIGITS = 15
 #: A short alphabetic prefix naming what a token is (``req_``, ``chatcmpl-``, ``sk-``, ``evt_``).
 _PREFIX = re.compile(r"[A-Za-z]{1,16}[_-]")
+#: A prefix kept before ``<id>``: lower-case letters naming the kind of id (``req_``, ``chatcmpl-``).
+_NAMING_PREFIX = re.compile(r"[a-z]{2,16}[_-]$")
+_HEX = re.compile(r"(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])(?:[0-9a-f]+|[0-9A-F]+)$")
 #: Upper case, lower case and digits, all three, in a token body of letters and digits only.
 _MIXED = re.compile(r"(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]+$")
 
@@ -72,10 +75,12 @@ def _id_body(body: str, prefixed: bool) -> bool:
         return False
     if prefixed and len(body) >= 16 and _MIXED.match(body) is not None:
         return True
-    return _random_like(body)
+    if _HEX.match(body) is not None:  # hex mixing letters and digits (a prefixed sha, an object id)
+        return True
+    return _random_like(body, prefixed)
 
 
-def _random_like(body: str) -> bool:
+def _random_like(body: str, prefixed: bool = False) -> bool:
     """Whether the alphanumeric characters of ``body`` look random rather than like words.
 
     Three signs, each rare in words and names of any Latin-script language: characters switching class
@@ -106,10 +111,15 @@ def _random_like(body: str) -> bool:
         return False  # too short, or digits only (judged as a number by clock_shaped)
     rate = switches / (alnum - 1)
     vowel_share = vowels / (alnum - digits)
+    if prefixed and rate >= MIN_SWITCH_RATE and not body.isupper() and not body.islower() and alnum >= 16:
+        return True  # a prefixed body whose cases switch at nearly every third letter
     if rate >= MIN_CASE_SWITCH_RATE and (digits or vowel_share < MAX_VOWEL_SHARE + 0.05):
         return True  # (CamelCase of short words, ``CrashLoopBackOff``, switches often but has vowels)
     if digit_runs >= 2:
         return rate >= MIN_SWITCH_RATE or vowel_share < MAX_VOWEL_SHARE
+    if (vowel_share < MAX_VOWEL_SHARE - 0.05 and alnum - digits >= MIN_ID_CHARS and alnum >= 16
+            and not body.islower() and len(set(body)) * 2 >= alnum):
+        return True  # 16 varied capitals or more with hardly a vowel: base32 with few digits, not a word
     return rate >= MIN_SWITCH_RATE and vowel_share < MAX_VOWEL_SHARE - 0.05 and alnum >= 16
 
 
@@ -155,4 +165,6 @@ def token(match: re.Match[str]) -> str:
     body = tok[prefix.end():] if prefix is not None else tok
     if not _id_body(body, prefix is not None):
         return tok
-    return (prefix.group() if prefix is not None else "") + "<id>"
+    if prefix is None or _NAMING_PREFIX.match(prefix.group()) is None or "-" in body or "_" in body:
+        return "<id>"  # a random first segment (base64url) or a name of many segments: all of it
+    return prefix.group() + "<id>"

@@ -43,7 +43,7 @@ def _ids_only(match: re.Match[str]) -> str:
     run = match.group()
     if run.isdigit() or run.isalpha():
         return run
-    return "<hex>"
+    return "<id>"
 
 
 #: (pattern, replacement, substrings one of which every match contains — empty when no substring is
