@@ -53,6 +53,7 @@ _PREFIX = re.compile(r"[A-Za-z]{1,16}[_-]")
 #: A prefix kept before ``<id>``: lower-case letters naming the kind of id (``req_``, ``chatcmpl-``).
 _NAMING_PREFIX = re.compile(r"[a-z]{2,16}[_-]$")
 _HEX = re.compile(r"(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])(?:[0-9a-f]+|[0-9A-F]+)$")
+_CAPITAL_OR_DIGIT = re.compile(r"[A-Z0-9]")
 #: Upper case, lower case and digits, all three, in a token body of letters and digits only.
 _MIXED = re.compile(r"(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]+$")
 
@@ -161,6 +162,8 @@ def digit_run(match: re.Match[str], clock_s: float | None) -> str:
 def token(match: re.Match[str]) -> str:
     """A regex callback for candidate identifier tokens: masked (its prefix kept) when id-shaped."""
     tok = match.group()
+    if _CAPITAL_OR_DIGIT.search(tok) is None:
+        return tok  # lower-case letters alone are never an id (see _id_body): prose, code names
     prefix = _PREFIX.match(tok)
     body = tok[prefix.end():] if prefix is not None else tok
     if not _id_body(body, prefix is not None):

@@ -140,12 +140,29 @@ def normalise_result(text: str, clock_s: float | None = None) -> str:
     (None: anywhere in this century; see :mod:`~otelloop.mapping.noise`).
     """
     if _DIGIT.search(text) is None and "/tmp" not in text:
-        return _TOKEN.sub(noise.token, text)  # only an id of letters alone can be here
+        # only an id of letters alone can be here
+        return text if len(text) < noise.MIN_ID_CHARS else _TOKEN.sub(noise.token, text)
+    text = _normalise_short(text) if len(text) <= _SHORT_TEXT else _normalise(text)
+    if _TEN_DIGITS.search(text) is None:
+        return text
+    return _DIGIT_RUN.sub(functools.partial(noise.digit_run, clock_s=clock_s), text)
+
+
+#: Texts up to this long (the leaves of structured results: names, codes, states) have their
+#: clock-independent normal form memoised: they repeat from result to result.
+_SHORT_TEXT = 128
+_TEN_DIGITS = re.compile(r"\d{10}")
+
+
+def _normalise(text: str) -> str:
+    """Every volatile part but runs of digits (which depend on the span clock) replaced."""
     for pattern, placeholder, needed in _VOLATILE:
         if not needed or any(part in text for part in needed):
             text = pattern.sub(placeholder, text)
-    text = _DIGIT_RUN.sub(functools.partial(noise.digit_run, clock_s=clock_s), text)
     return _TOKEN.sub(noise.token, text)
+
+
+_normalise_short = functools.lru_cache(maxsize=4096)(_normalise)
 
 
 def result_flags(text: str, empty: bool) -> int:
