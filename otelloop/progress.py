@@ -28,7 +28,7 @@ import functools
 import sys
 from array import array
 
-from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, hash_bytes, hash_text
+from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
 
@@ -185,9 +185,10 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
     - **Echoes**: otherwise the argument values the result echoes (``Step.echo``) are part of its
       identity: eight orders whose results differ only in the order id they repeat are eight results.
     - **Learned noise**: between two results of the same call, a path whose value changed while the rest
-      stayed the same, :data:`LEARN_AFTER` times, and whose values mix letters and digits (not counts,
-      fractions, percentages or state words: those are progress) is noise for that tool in this
-      session; results of the tool are then compared without the values at those paths.
+      stayed the same (something the result says among it), :data:`LEARN_AFTER` times, and whose values
+      are short tokens mixing letters and digits (not counts, fractions, percentages, state words or
+      sentences: those are progress or content) is noise for that tool in this session; results of the
+      tool are then compared without the values at those paths.
     """
     tools = progress.tools
     if tools is None:
@@ -247,7 +248,9 @@ def _learn(tools: array[int], at: int, call: int, leaves: tuple[int, ...] | None
     if leaves is not None and old is not None and tools[at + 1] == call and len(old) == len(leaves):
         changed = [new for prev, new in zip(old, leaves, strict=True) if prev != new]
         same_paths = all(prev >> _PATH_SHIFT == new >> _PATH_SHIFT for prev, new in zip(old, leaves, strict=True))
-        if same_paths and 0 < len(changed) <= 2 and len(changed) < len(leaves):
+        # something the result says stayed the same: what changed is beside it, not the result itself
+        kept = any(prev == new and new & SAYS for prev, new in zip(old, leaves, strict=True))
+        if same_paths and kept and 0 < len(changed) <= 2:
             for new in changed:
                 if not new & LEARNABLE:
                     continue

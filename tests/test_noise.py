@@ -321,3 +321,24 @@ def test_a_result_with_more_leaves_than_remembered_is_compared_by_its_hash() -> 
     big = {f"k{i}": i for i in range(MAX_LEAVES + 1)}
     (step,) = _steps(tool_span("dump", "{}", json.dumps(big)))
     assert step.leaves is None and step.output_hash is not None
+
+
+def test_a_text_in_an_envelope_of_metadata_reads_as_that_text() -> None:
+    """``{"data": "…", "meta": {request id, serving time}}``: the flags are those of the one text."""
+    canon = Canonicalizer()
+    meta = {"request_id": str(uuid.uuid4()), "served_at": int(CLOCK_S * 1000)}
+    for text, flag in [("Saved", "ACK"), ("No results for 'x'", "BLANK"), ("1 failed, 3 passed", "FAILED")]:
+        wrapped = canon.output(json.dumps({"data": text, "meta": meta}), True, CLOCK_S)[2]
+        bare = canon.output(text, True, CLOCK_S)[2]
+        assert wrapped == bare != 0, flag
+
+
+def test_a_changing_text_amid_noise_is_content_not_noise() -> None:
+    """A test run whose output changes after each fix, wrapped with a request id: the output is what the
+    result says, so it is never learned as noise (nothing it says stayed the same)."""
+    steps = [_steps(tool_span("run_tests", '{"target": ""}', json.dumps(
+        {"data": f"{5 - i} failed, {i} passed", "meta": {"request_id": str(uuid.UUID(int=i + 1, version=4))}}),
+        i=i))[0] for i in range(5)]
+    state, judged = _judge(steps)
+    assert all(n for n, _ in judged)
+    assert progress.learned_noise(state, "run_tests") == []

@@ -37,6 +37,12 @@ MAX_TOKENS = 4
 #: letters and digits that is not a count or a fraction (``r14``, ``a8Kd2``; not ``running``, ``40%``,
 #: ``3/10``, numbers or booleans), outside any list (a list's items are what the result lists).
 LEARNABLE = 1
+#: The bit of a leaf that says it says something: not empty, not noise, not an echo. Learning a path as
+#: noise needs such a leaf that stayed the same (a result of noise around one changing text teaches
+#: nothing: the text is what changed).
+SAYS = 2
+#: A learnable value is short and at most three words: noise is a token, not a sentence.
+_LEARNABLE_CHARS = 64
 _PROGRESS_TEXT = re.compile(r"^[\s\d.,/%:]*$|^\s*\d+\s+(?:of|/)\s+\d+\s*$")
 #: A masked string that is nothing but placeholders (with an id's prefix, an ETag's quotes).
 _ONLY_NOISE = re.compile(
@@ -63,7 +69,8 @@ def hash_text(text: str) -> int:
 
 
 #: What masking a structured tool result found (``Canonicalizer.output``): its leaves as
-#: ``path CRC << 32 | value CRC`` with the :data:`LEARNABLE` bit (None: more than :data:`MAX_LEAVES`),
+#: ``path CRC << 32 | value CRC`` with the :data:`LEARNABLE` and :data:`SAYS` bits (None: more than
+#: :data:`MAX_LEAVES`),
 #: the CRCs of its noise-shaped string values, and the CRC of the argument values it echoes (0: none).
 Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int]
 
@@ -85,7 +92,7 @@ def _strip_envelopes(obj: Any) -> Any:
 class _Walk:
     """What masking one structured result found besides its masked form (see :func:`_mask`)."""
 
-    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow")
+    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts")
 
     def __init__(self, clock_s: float | None, echoes: frozenset[Any]) -> None:
         self.clock_s = clock_s
@@ -95,16 +102,26 @@ class _Walk:
         self.echo = 0
         self.said = False  # some leaf says something: neither empty nor noise
         self.hollow = False  # some list or object is empty
+        self.texts: list[str] = []  # the first two leaves that say something (a third: the result says more)
 
-    def leaf(self, path: int, value: Any, learnable: bool) -> None:
+    def say(self, value: Any) -> None:
+        if len(self.texts) < 2:
+            self.texts.append(value if isinstance(value, str) else "")
+
+    def text(self) -> str | None:
+        """The one text a result says when all else in it is noise or empty (an envelope of metadata
+        around one message), else None."""
+        return self.texts[0] if len(self.texts) == 1 and self.texts[0] else None
+
+    def leaf(self, path: int, value: Any, learnable: bool, says: bool = False) -> None:
         leaves = self.leaves
         if leaves is None:
             return
         if len(leaves) >= MAX_LEAVES:
             self.leaves = None
             return
-        crc = zlib.crc32(repr(value).encode("utf-8", "surrogatepass")) & ~LEARNABLE
-        leaves.append((path << 32) | crc | (LEARNABLE if learnable else 0))
+        crc = zlib.crc32(repr(value).encode("utf-8", "surrogatepass")) & ~(LEARNABLE | SAYS)
+        leaves.append((path << 32) | crc | (LEARNABLE if learnable else 0) | (SAYS if says else 0))
 
 
 def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
@@ -135,12 +152,16 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
             walk.hollow = True
         return [_mask(v, walk, zlib.crc32(b"%d" % i, path), True) for i, v in enumerate(obj)]
     if obj is None or obj == "" or isinstance(obj, bool):
-        walk.leaf(path, obj, False)
-        walk.said = walk.said or isinstance(obj, bool)
+        flag = isinstance(obj, bool)
+        walk.leaf(path, obj, False, flag)
+        if flag:
+            walk.said = True
+            walk.say(obj)
         return obj
     if walk.echoes and obj in walk.echoes:
         if not isinstance(obj, str) or not _SPACE.search(obj):  # an id, a code, a path, a number
             walk.echo = zlib.crc32(repr(obj).encode("utf-8", "surrogatepass"), walk.echo)
+        walk.say(None)  # an echo is not noise: the result is more than one text
         walk.leaf(path, "<arg>", False)
         return "<arg>"
     if isinstance(obj, str):
@@ -152,8 +173,9 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
                 walk.leaf(path, masked, False)
                 return masked  # a value that is nothing but noise says nothing
         walk.said = True
-        walk.leaf(path, masked, not listed and _PROGRESS_TEXT.match(masked) is None
-                  and _LETTER_AND_DIGIT.search(masked) is not None)
+        walk.say(obj)
+        walk.leaf(path, masked, not listed and len(masked) <= _LEARNABLE_CHARS and masked.count(" ") <= 2
+                  and _PROGRESS_TEXT.match(masked) is None and _LETTER_AND_DIGIT.search(masked) is not None, True)
         return masked
     if isinstance(obj, (int, float)):
         placeholder = number_noise(obj, walk.clock_s)
@@ -161,7 +183,8 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
             walk.leaf(path, placeholder, False)
             return placeholder
     walk.said = True
-    walk.leaf(path, obj, False)
+    walk.say(obj)
+    walk.leaf(path, obj, False, True)
     return obj
 
 
@@ -449,7 +472,9 @@ class Canonicalizer:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == "" or (
                 not walk.said and (walk.hollow or not walk.leaves))
             facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo)
-            result = (hash_text(_dumps(masked)), empty, result_flags(_result_text(parsed), empty), facts)
+            said = walk.text()
+            text = said if said is not None else _result_text(parsed)
+            result = (hash_text(_dumps(masked)), empty, result_flags(text, empty), facts)
         memo.remember(key, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES
                       + (0 if result[3] is None else 64 + 8 * len(result[3][0] or ())))
         return result
