@@ -69,6 +69,15 @@ class Step:
     error_hash: int | None = None
     #: What the result text says (``otelloop.mapping.results``: BLANK, FAILED bits); 0 when unknown.
     result_flags: int = 0
+    #: The arguments' hash with their noise-shaped values (tokens, cursors) masked, and the CRCs of those
+    #: values (``otelloop.mapping.canonical``): a call that only hands back a cursor is the same call.
+    args_key: int | None = None
+    arg_tokens: tuple[int, ...] = ()
+    #: A structured tool result's leaves (path and value CRCs; None: not structured, or too many), the
+    #: CRCs of its noise-shaped values, and the CRC of the argument values it echoes (0: none).
+    leaves: tuple[int, ...] | None = None
+    result_tokens: tuple[int, ...] = ()
+    echo: int = 0
     #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: what the
     #: step's effect is identified by (None: unknown), whether it brought something new (None: it
     #: cannot tell), how many times in a row this same call has now given this same result, the

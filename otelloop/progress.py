@@ -31,9 +31,8 @@ from __future__ import annotations
 import functools
 import sys
 from array import array
-from typing import TypeAlias
 
-from otelloop.mapping.canonical import hash_text
+from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
 
@@ -49,25 +48,59 @@ _MASK64 = (1 << 64) - 1
 _WIDTH = array("Q").itemsize
 
 
-#: A session's progress state: one flat array of unsigned 64-bit integers, so that it costs one small
-#: object per session: ``[count, stale, n, seen_1 … seen_n, call_1, result_1, call_2, result_2, …]`` —
+#: A session's progress state is made of flat arrays of unsigned 64-bit integers, so that it costs a few
+#: small objects per session. ``keys``: ``[count, stale, n, seen_1 … seen_n, call_1, result_1, …]`` —
 #: the steps that brought something new, the tool steps in a row since the last one that did, the result
 #: keys remembered (oldest first, at most :data:`MAX_RESULTS`), then the recent calls (and tools) with
 #: their last result, its run length in the low bits (oldest first, at most :data:`MAX_CALLS`).
-ProgressState: TypeAlias = "array[int]"
+#: ``tools`` (None until a tool returns a structured result or takes a token): one slot per recent tool
+#: (at most :data:`MAX_TOOLS`, see :func:`_slot`).
+class ProgressState:
+    """The progress tracker's state of one session (see above)."""
+
+    __slots__ = ("keys", "tools")
+
+    def __init__(self) -> None:
+        self.keys: array[int] = array("Q", (0, 0, 0))
+        self.tools: array[int] | None = None
+
+
 _COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
 
+#: Recent tools whose last structured result and learned noise are remembered per session.
+MAX_TOOLS = 4
+#: Paths learned as noise remembered per tool (the most often seen changing are kept).
+MAX_NOISY = 4
+#: A path is noise for its tool once its value has changed this many times between two results of the
+#: same call while the rest of the result stayed the same.
+LEARN_AFTER = 2
+#: A tool slot: ``[tool, call, sizes, leaves … (MAX_LEAVES), tokens … (MAX_TOKENS), noisy … (MAX_NOISY)]``
+#: — the tool's name hash, its last call, the sizes of the three lists (8 bits each; 255 leaves: the
+#: result was not compared as a structure), its last result's leaves and noise-shaped values, and the
+#: paths that behaved like noise with how often (``path CRC << 8 | count``).
+_LEAVES = 3
+_TOKENS = _LEAVES + MAX_LEAVES
+_NOISY = _TOKENS + MAX_TOKENS
+_SLOT = _NOISY + MAX_NOISY
+_NO_LEAVES = 255
+_PATH_SHIFT = 32
 
-def new_state() -> array[int]:
+
+def new_state() -> ProgressState:
     """An empty progress state."""
-    return array("Q", (0, 0, 0))
+    return ProgressState()
 
 
-def observe(state: array[int], step: Step) -> None:
+def observe(progress: ProgressState, step: Step) -> None:
     """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``,
-    ``tool_repeats``, ``progress``, ``stale``)."""
+    ``tool_repeats``, ``progress``, ``stale``; a call that only hands back the cursor its tool's last
+    result gave gets ``args_hash`` of the call it continues)."""
+    state = progress.keys
     if step.kind == "tool":
-        key = step.result = result_key(step)
+        output = step.output_hash
+        if step.leaves is not None or step.arg_tokens or step.result_tokens:
+            output = _compare_structure(progress, step)
+        key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
             step.novel = _remember_result(state, key) and not step.result_flags & BLANK
@@ -95,30 +128,47 @@ def unjudged(step: Step) -> bool:
     return step.kind == "tool" and step.novel is None
 
 
-def results_kept(state: array[int]) -> int:
+def results_kept(progress: ProgressState) -> int:
     """How many result keys the state remembers."""
-    return state[_SEEN]
+    return progress.keys[_SEEN]
 
 
-def calls_kept(state: array[int]) -> int:
+def calls_kept(progress: ProgressState) -> int:
     """How many calls (and tools) the state remembers the last result of."""
+    state = progress.keys
     return (len(state) - _HEADER - state[_SEEN]) // 2
 
 
-def result_key(step: Step) -> int | None:
-    """The result key of a tool step as an unsigned 64-bit integer (see :func:`_result_key`)."""
-    key = _result_key(step)
+def tools_kept(progress: ProgressState) -> int:
+    """How many tools the state remembers the last structured result of."""
+    return 0 if progress.tools is None else len(progress.tools) // _SLOT
+
+
+def learned_noise(progress: ProgressState, tool: str) -> list[int]:
+    """The path CRCs learned as noise for ``tool`` in this session (see :func:`_compare_structure`)."""
+    tools = progress.tools
+    at = -1 if tools is None else _find_slot(tools, _tool_hash(tool))
+    if tools is None or at < 0:
+        return []
+    sizes = tools[at + 2]
+    return [e >> 8 for e in tools[at + _NOISY:at + _NOISY + (sizes >> 16 & 0xFF)] if e & 0xFF >= LEARN_AFTER]
+
+
+def result_key(step: Step, output: int | None = None) -> int | None:
+    """The result key of a tool step as an unsigned 64-bit integer (see :func:`_result_key`); ``output``
+    stands for the step's output hash when given."""
+    key = _result_key(step, step.output_hash if output is None else output)
     return None if key is None else key & _MASK64
 
 
-def _result_key(step: Step) -> int | None:
+def _result_key(step: Step, output: int | None) -> int | None:
     """What a tool step's effect is identified by, or None when its span does not say.
 
     A write is identified by the file version it produces (or by its arguments when its content is
     unknown), a failure by its normalised error text, a result that says nothing by its tool, a result
     that only acknowledges the action by the call's arguments, and any other result by its canonical
-    hash, whichever tool returned it. Keys are stable hashes (they are shown on findings, and replicas
-    and replays must agree on them).
+    hash (``output``: what :func:`_compare_structure` makes of it), whichever tool returned it. Keys are
+    stable hashes (they are shown on findings, and replicas and replays must agree on them).
 
     None — the step is unjudged — when only the tool's name would be left to identify it: no result, a
     write or an acknowledgement whose arguments are unknown, an error that names only its type (an
@@ -129,7 +179,7 @@ def _result_key(step: Step) -> int | None:
     if step.outcome == "error":
         if step.error_hash is not None:
             return _stable("error", step.name, step.error_hash)
-        return step.output_hash
+        return output
     if step.tool_class == "write":
         if step.content_hash is not None:
             return _stable("file", step.file_path, step.content_hash)
@@ -142,7 +192,128 @@ def _result_key(step: Step) -> int | None:
         return _stable("blank", step.name)
     if step.result_flags & ACK:  # an acknowledged action is identified by what it was asked to do
         return None if step.args_hash is None else _stable("ack", step.name, step.args_hash)
-    return step.output_hash
+    return output
+
+
+def _compare_structure(progress: ProgressState, step: Step) -> int | None:
+    """Compare a tool step's structured result with its tool's last one; the output hash to judge it by.
+
+    - **Pagination**: when every noise-shaped argument value of the call (``Step.arg_tokens``) is a value
+      the tool's last result held (``Step.result_tokens``: the cursor it handed back), the call is the
+      call it continues: its ``args_hash`` becomes the hash of its arguments with those values masked,
+      so a page whose items repeat while its cursor changes is the same call giving the same result.
+    - **Echoes**: otherwise the argument values the result echoes (``Step.echo``) are part of its
+      identity: eight orders whose results differ only in the order id they repeat are eight results.
+    - **Learned noise**: between two results of the same call, a path whose value changed while the rest
+      stayed the same (something the result says among it), :data:`LEARN_AFTER` times, and whose values
+      are short tokens mixing letters and digits (not counts, fractions, percentages, state words or
+      sentences: those are progress or content) is noise for that tool in this session; results of the
+      tool are then compared without the values at those paths.
+    """
+    tools = progress.tools
+    if tools is None:
+        tools = progress.tools = array("Q")
+    tool = _tool_hash(step.name)
+    at = _find_slot(tools, tool)
+    paging = False
+    if at >= 0 and step.arg_tokens and step.args_key is not None:
+        sizes = tools[at + 2]
+        handed = tools[at + _TOKENS:at + _TOKENS + (sizes >> 8 & 0xFF)]
+        if all(t in handed for t in step.arg_tokens):
+            paging = True
+            step.args_hash = step.args_key
+    call = step.args_hash or 0
+    leaves = step.leaves
+    echo = 0 if paging else step.echo
+    output = step.output_hash
+    if at >= 0:
+        noisy = _learn(tools, at, call, leaves)
+        if noisy and leaves is not None:
+            output = _without(leaves, noisy)
+            old = _old_leaves(tools, at)
+            if old is not None and tools[at + 1] == call:  # the last result, seen as it is now seen
+                _remember_result(progress.keys, _with_echo(_without(old, noisy), echo))
+    _store(tools, at, tool, call, leaves, step.result_tokens)
+    return None if output is None else _with_echo(output, echo)
+
+
+def _with_echo(output: int, echo: int) -> int:
+    """A result's hash with the CRC of the argument values it echoes folded in (none: as it is)."""
+    return _stable("echo", output, echo) & _MASK64 if echo else output
+
+
+def _tool_hash(name: str) -> int:
+    return _stable("tool", name) | 1  # never 0: an empty slot array holds no zero tool
+
+
+def _find_slot(tools: array[int], tool: int) -> int:
+    for at in range(0, len(tools), _SLOT):
+        if tools[at] == tool:
+            return at
+    return -1
+
+
+def _old_leaves(tools: array[int], at: int) -> list[int] | None:
+    n = tools[at + 2] & 0xFF
+    return None if n == _NO_LEAVES else list(tools[at + _LEAVES:at + _LEAVES + n])
+
+
+def _learn(tools: array[int], at: int, call: int, leaves: tuple[int, ...] | None) -> set[int]:
+    """Count the paths that changed between the tool's last result and this one of the same call; the
+    paths learned as noise so far."""
+    sizes = tools[at + 2]
+    n_noisy = sizes >> 16 & 0xFF
+    noisy_at = at + _NOISY
+    old = _old_leaves(tools, at)
+    if leaves is not None and old is not None and tools[at + 1] == call and len(old) == len(leaves):
+        changed = [new for prev, new in zip(old, leaves, strict=True) if prev != new]
+        same_paths = all(prev >> _PATH_SHIFT == new >> _PATH_SHIFT for prev, new in zip(old, leaves, strict=True))
+        # something the result says stayed the same: what changed is beside it, not the result itself
+        kept = any(prev == new and new & SAYS for prev, new in zip(old, leaves, strict=True))
+        if same_paths and kept and 0 < len(changed) <= 2:
+            for new in changed:
+                if not new & LEARNABLE:
+                    continue
+                path = new >> _PATH_SHIFT
+                entries = tools[noisy_at:noisy_at + n_noisy]
+                i = next((j for j, e in enumerate(entries) if e >> 8 == path), -1)
+                if i >= 0:
+                    tools[noisy_at + i] = (path << 8) | min((entries[i] & 0xFF) + 1, 0xFF)
+                elif n_noisy < MAX_NOISY:
+                    tools[noisy_at + n_noisy] = (path << 8) | 1
+                    n_noisy += 1
+                else:  # full: the path seen changing least often gives way
+                    j = min(range(n_noisy), key=lambda k: entries[k] & 0xFF)
+                    tools[noisy_at + j] = (path << 8) | 1
+            tools[at + 2] = (sizes & 0xFFFF) | (n_noisy << 16)
+    return {e >> 8 for e in tools[noisy_at:noisy_at + n_noisy] if e & 0xFF >= LEARN_AFTER}
+
+
+def _without(leaves: tuple[int, ...] | list[int], noisy: set[int]) -> int:
+    """A stable hash of a result's leaves, the values at the ``noisy`` paths left out."""
+    kept = array("Q", (leaf if leaf >> _PATH_SHIFT not in noisy else (leaf >> _PATH_SHIFT) << _PATH_SHIFT
+                       for leaf in leaves))
+    return hash_bytes(b"leaves" + kept.tobytes())
+
+
+def _store(tools: array[int], at: int, tool: int, call: int, leaves: tuple[int, ...] | None,
+           tokens: tuple[int, ...]) -> None:
+    """Remember this result as the tool's last one (its slot moves to the end: the most recent)."""
+    if at >= 0:
+        slot = tools[at:at + _SLOT]
+        del tools[at:at + _SLOT]
+    else:
+        slot = array("Q", bytes(8 * _SLOT))
+        if len(tools) >= MAX_TOOLS * _SLOT:
+            del tools[:_SLOT]
+    n = _NO_LEAVES if leaves is None else len(leaves)
+    slot[0], slot[1] = tool, call
+    slot[2] = (slot[2] & ~0xFFFF) | n | (len(tokens) << 8)
+    if leaves is not None:
+        slot[_LEAVES:_LEAVES + n] = array("Q", leaves)
+    if tokens:
+        slot[_TOKENS:_TOKENS + len(tokens)] = array("Q", tokens)
+    tools.extend(slot)
 
 
 @functools.lru_cache(maxsize=4096)

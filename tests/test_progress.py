@@ -107,18 +107,19 @@ def test_state_stays_bounded() -> None:
         progress.observe(state, tool(f"t{i % 50}", i, i))
     assert progress.results_kept(state) == MAX_RESULTS
     assert progress.calls_kept(state) == progress.MAX_CALLS
-    assert len(state) == 3 + MAX_RESULTS + 2 * progress.MAX_CALLS
+    assert len(state.keys) == 3 + MAX_RESULTS + 2 * progress.MAX_CALLS
 
 
 def test_a_call_key_equal_to_a_remembered_result_is_not_taken_for_that_call() -> None:
     """Calls and their last results share one array; a call whose key happens to equal a result
     entry is found at its own place, not at the result's."""
-    state = progress.new_state()
+    whole = progress.new_state()
+    state = whole.keys
     first, result = 5 << 8, 7 << 8
     assert progress._remember_call(state, first, result) == 1
     lookalike = result | 1  # the packed entry of ``first``'s result: its key and a run of 1
     assert progress._remember_call(state, lookalike, 9 << 8) == 1
-    assert progress.calls_kept(state) == 2
+    assert progress.calls_kept(whole) == 2
     assert progress._remember_call(state, lookalike, 9 << 8) == 2
     assert progress._remember_call(state, first, result) == 2
 

@@ -13,16 +13,43 @@ import hashlib
 import json
 import re
 import sys
+import zlib
 from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
+from otelloop.mapping.noise import number_noise
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
-#: Keys dropped from outputs before hashing: identifiers that change on every call of the same result.
-VOLATILE_OUTPUT_KEYS = frozenset({
-    "id", "ids", "tool_call_id", "call_id", "run_id", "message_id", "response_id", "created", "created_at",
-    "timestamp", "response_metadata", "usage_metadata", "lc", "additional_kwargs", "toolUseId", "tool_use_id",
+#: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
+#: a dialect wraps a result in (LangChain's ``tool_call_id``, message and run ids and metadata, Bedrock's
+#: and Strands' ``toolUseId``). Other fields are judged by what their values are (see :func:`_mask`).
+ENVELOPE_KEYS = frozenset({
+    "tool_call_id", "call_id", "run_id", "message_id", "response_id", "response_metadata", "usage_metadata",
+    "lc", "additional_kwargs", "toolUseId", "tool_use_id",
 })
+#: Leaves of a structured result remembered for the per-tool comparison (``Step.leaves``); a result with
+#: more is compared by its hash alone.
+MAX_LEAVES = 32
+#: Noise-shaped values of a result (and of arguments) remembered to recognise a cursor handed back
+#: (``Step.result_tokens``, ``Step.arg_tokens``).
+MAX_TOKENS = 4
+#: The bit of a leaf (``Step.leaves``) that says its value may be learned as noise: a string mixing
+#: letters and digits that is not a count or a fraction (``r14``, ``a8Kd2``; not ``running``, ``40%``,
+#: ``3/10``, numbers or booleans), outside any list (a list's items are what the result lists).
+LEARNABLE = 1
+#: The bit of a leaf that says it says something: not empty, not noise, not an echo. Learning a path as
+#: noise needs such a leaf that stayed the same (a result of noise around one changing text teaches
+#: nothing: the text is what changed).
+SAYS = 2
+#: A learnable value is short and at most three words: noise is a token, not a sentence.
+_LEARNABLE_CHARS = 64
+_PROGRESS_TEXT = re.compile(r"^[\s\d.,/%:]*$|^\s*\d+\s+(?:of|/)\s+\d+\s*$")
+#: A masked string that is nothing but placeholders (with an id's prefix, an ETag's quotes).
+_ONLY_NOISE = re.compile(
+    r"^(?:W/)?\W*(?:(?:[A-Za-z]{1,16}[_-])?<(?:uuid|date|time|tmp|addr|hex|dur|age|clock|id)>\W*)+$")
+_SPACE = re.compile(r"\s")
+_LETTER_AND_DIGIT = re.compile(r"[A-Za-z].*\d|\d.*[A-Za-z]", re.DOTALL)
+
 #: Canonical texts kept for similarity detectors are cut to this many characters (and to
 #: ``limits.max_string_bytes`` in UTF-8).
 TEXT_LIMIT = 256
@@ -41,15 +68,157 @@ def hash_text(text: str) -> int:
     return hash_bytes(text.encode("utf-8", "surrogatepass"))
 
 
-def _strip_volatile(obj: Any, normalise: bool = True) -> Any:
-    """A parsed output without its per-call identifier keys, its strings normalised (see ``results``)
-    unless ``normalise`` is false."""
+#: What masking a structured tool result found (``Canonicalizer.output``): its leaves as
+#: ``path CRC << 32 | value CRC`` with the :data:`LEARNABLE` and :data:`SAYS` bits (None: more than
+#: :data:`MAX_LEAVES`),
+#: the CRCs of its noise-shaped string values, and the CRC of the argument values it echoes (0: none).
+Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int]
+
+
+#: Keys dropped from the output of an LLM or agent step (not judged for progress; its hash is compared by
+#: the stall detector): the envelope keys and the provider's response ids and times.
+_PLAIN_DROP = ENVELOPE_KEYS | {"id", "ids", "created", "created_at", "timestamp"}
+
+
+def _strip_envelopes(obj: Any) -> Any:
+    """A parsed output without the keys of :data:`_PLAIN_DROP`, at any depth."""
     if isinstance(obj, dict):
-        return {k: _strip_volatile(v, normalise) for k, v in obj.items() if k not in VOLATILE_OUTPUT_KEYS}
+        return {k: _strip_envelopes(v) for k, v in obj.items() if k not in _PLAIN_DROP}
     if isinstance(obj, list):
-        return [_strip_volatile(v, normalise) for v in obj]
-    if normalise and isinstance(obj, str):
-        return normalise_result(obj)
+        return [_strip_envelopes(v) for v in obj]
+    return obj
+
+
+class _Walk:
+    """What masking one structured result found besides its masked form (see :func:`_mask`)."""
+
+    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts")
+
+    def __init__(self, clock_s: float | None, echoes: frozenset[Any]) -> None:
+        self.clock_s = clock_s
+        self.echoes = echoes
+        self.leaves: list[int] | None = []
+        self.tokens: list[int] = []
+        self.echo = 0
+        self.said = False  # some leaf says something: neither empty nor noise
+        self.hollow = False  # some list or object is empty
+        self.texts: list[str] = []  # the first two leaves that say something (a third: the result says more)
+
+    def say(self, value: Any) -> None:
+        if len(self.texts) < 2:
+            self.texts.append(value if isinstance(value, str) else "")
+
+    def text(self) -> str | None:
+        """The one text a result says when all else in it is noise or empty (an envelope of metadata
+        around one message), else None."""
+        return self.texts[0] if len(self.texts) == 1 and self.texts[0] else None
+
+    def leaf(self, path: int, value: Any, learnable: bool, says: bool = False) -> None:
+        leaves = self.leaves
+        if leaves is None:
+            return
+        if len(leaves) >= MAX_LEAVES:
+            self.leaves = None
+            return
+        crc = zlib.crc32(repr(value).encode("utf-8", "surrogatepass")) & ~(LEARNABLE | SAYS)
+        leaves.append((path << 32) | crc | (LEARNABLE if learnable else 0) | (SAYS if says else 0))
+
+
+def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
+    """A parsed result compared as a structure: envelope keys dropped, noise masked leaf by leaf.
+
+    Strings have their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
+    any alphabet, clock values near ``walk.clock_s``, durations); numbers that are clock values or long
+    numeric ids become placeholders; a leaf equal to an argument value of the call (``walk.echoes``) is
+    an echo, replaced by ``<arg>`` and folded into ``walk.echo``. Each leaf is recorded with its path
+    (``walk.leaves``; ``listed``: inside a list, whose items are what the result lists and never
+    noise), and the original value of each string that held noise in ``walk.tokens``.
+
+    An echoed value that names something (a number, a string without whitespace: an order id, a file
+    path) is folded into ``walk.echo``, so that the results of two calls about different things stay
+    different however alike the rest is; echoed prose (a search query repeated in its results) is not,
+    so that paraphrased calls that find the same things still look alike.
+    """
+    if isinstance(obj, dict):
+        if not obj:
+            walk.hollow = True
+        out = {}
+        for k, v in obj.items():
+            if k not in ENVELOPE_KEYS:
+                out[k] = _mask(v, walk, zlib.crc32(k.encode("utf-8", "surrogatepass"), path), listed)
+        return out
+    if isinstance(obj, list):
+        if not obj:
+            walk.hollow = True
+        return [_mask(v, walk, zlib.crc32(b"%d" % i, path), True) for i, v in enumerate(obj)]
+    if obj is None or obj == "" or isinstance(obj, bool):
+        flag = isinstance(obj, bool)
+        walk.leaf(path, obj, False, flag)
+        if flag:
+            walk.said = True
+            walk.say(obj)
+        return obj
+    if walk.echoes and obj in walk.echoes:
+        if not isinstance(obj, str) or not _SPACE.search(obj):  # an id, a code, a path, a number
+            walk.echo = zlib.crc32(repr(obj).encode("utf-8", "surrogatepass"), walk.echo)
+        walk.say(None)  # an echo is not noise: the result is more than one text
+        walk.leaf(path, "<arg>", False)
+        return "<arg>"
+    if isinstance(obj, str):
+        masked = normalise_result(obj, walk.clock_s)
+        if masked is not obj and masked != obj:
+            if len(walk.tokens) < MAX_TOKENS:
+                walk.tokens.append(zlib.crc32(obj.encode("utf-8", "surrogatepass")))
+            if _ONLY_NOISE.match(masked) is not None:
+                walk.leaf(path, masked, False)
+                return masked  # a value that is nothing but noise says nothing
+        walk.said = True
+        walk.say(obj)
+        walk.leaf(path, masked, not listed and len(masked) <= _LEARNABLE_CHARS and masked.count(" ") <= 2
+                  and _PROGRESS_TEXT.match(masked) is None and _LETTER_AND_DIGIT.search(masked) is not None, True)
+        return masked
+    if isinstance(obj, (int, float)):
+        placeholder = number_noise(obj, walk.clock_s)
+        if placeholder is not None:
+            walk.leaf(path, placeholder, False)
+            return placeholder
+    walk.said = True
+    walk.say(obj)
+    walk.leaf(path, obj, False, True)
+    return obj
+
+
+def _arg_values(obj: Any, out: set[Any], depth: int = 0) -> None:
+    """The scalar values of parsed arguments that a result may echo: strings of 2 characters or more
+    and numbers (booleans, ``None`` and one-character strings would match by chance)."""
+    if depth > 8 or len(out) >= 32:
+        return
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _arg_values(v, out, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj[:32]:
+            _arg_values(v, out, depth + 1)
+    elif isinstance(obj, str):
+        if len(obj) >= 2:
+            out.add(obj)
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        out.add(obj)
+
+
+def _mask_args(obj: Any, tokens: list[int]) -> Any:
+    """Parsed arguments with their noise-shaped string values masked, recording each such value's
+    CRC in ``tokens`` (a cursor or page token handed back by the previous result)."""
+    if isinstance(obj, dict):
+        return {k: _mask_args(v, tokens) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_mask_args(v, tokens) for v in obj]
+    if isinstance(obj, str) and len(obj) >= 10:
+        masked = normalise_result(obj)
+        if masked != obj:
+            if len(tokens) < MAX_TOKENS:
+                tokens.append(zlib.crc32(obj.encode("utf-8", "surrogatepass")))
+            return masked
     return obj
 
 
@@ -113,12 +282,29 @@ def _is_bound_call(obj: dict[str, Any]) -> bool:
             and all(v is None or isinstance(v, bool) for k, v in obj.items() if k not in ("args", "kwargs")))
 
 
+#: Keys of OpenLLMetry's LangChain callback record of a tool or chain start (``traceloop.entity.input``):
+#: ``{"input_str", "tags", "metadata", "inputs", "kwargs"}``; ``metadata`` holds per-call LangGraph
+#: fields (``langgraph_step``, ``langgraph_checkpoint_ns``, ``checkpoint_ns``) that change on every call.
+_CALLBACK_INPUT_KEYS = frozenset({"input_str", "tags", "metadata", "inputs", "kwargs"})
+#: Keys of LlamaIndex's ``ToolOutput`` (``llama_index.core.tools.types``) that mark one: the call's
+#: arguments come back as ``raw_input``, the tool's own value as ``raw_output``.
+_TOOL_OUTPUT_KEYS = frozenset({"tool_name", "raw_input", "raw_output"})
+#: LangChain message ``type`` values of a tool's result message.
+_TOOL_MESSAGE_TYPES = frozenset({"tool", "ToolMessage", "function"})
+
+
 def call_arguments(obj: Any) -> Any:
     """The arguments a parsed value stands for: those of a GenAI ``tool_call`` part (or of messages
-    holding only such parts: a list when there are several), the keyword arguments of a bound call, or
-    the value itself. Why: one call's arguments hash the same whichever of these forms carried them."""
-    if isinstance(obj, dict) and "kwargs" in obj and _is_bound_call(obj):
-        return obj["kwargs"]
+    holding only such parts: a list when there are several), the keyword arguments of a bound call, the
+    ``inputs`` (else ``input_str``) of an OpenLLMetry LangChain callback record, or the value itself.
+    Why: one call's arguments hash the same whichever of these forms carried them, without the
+    per-call metadata a wrapper adds."""
+    if isinstance(obj, dict):
+        if "kwargs" in obj and _is_bound_call(obj):
+            return obj["kwargs"]
+        if _is_callback_input(obj):
+            inputs = obj.get("inputs")
+            return inputs if inputs else _json_value(obj.get("input_str"))
     calls = _only_parts(obj, "tool_call")
     if calls is None or not all("arguments" in p for p in calls):
         return obj
@@ -126,17 +312,74 @@ def call_arguments(obj: Any) -> Any:
     return args[0] if len(args) == 1 else args
 
 
+def _is_callback_input(obj: dict[str, Any]) -> bool:
+    """OpenLLMetry's record of a LangChain callback's start (see :data:`_CALLBACK_INPUT_KEYS`)."""
+    return (("inputs" in obj or "input_str" in obj) and ("metadata" in obj or "tags" in obj)
+            and obj.keys() <= _CALLBACK_INPUT_KEYS)
+
+
 def call_result(obj: Any) -> Any:
-    """The result a parsed output stands for: that of a single GenAI ``tool_call_response`` part (or of
-    messages holding only that part), or the value itself."""
+    """The result a parsed output stands for, its dialect's wrappers taken off (docs/mapping.md):
+
+    - a single GenAI ``tool_call_response`` part (or messages holding only that part): its ``response``;
+    - OpenLLMetry's LangChain callback record ``{"output": …, "kwargs": …}`` (``outputs`` for chains):
+      the output;
+    - a LangChain message, as ``dumpd``/``to_json`` writes it (``{"lc": 1, "type": "constructor",
+      "id": […, "ToolMessage"], "kwargs": {…}}``), as ``message_to_dict`` writes it (``{"type": "tool",
+      "data": {…}}``) or as its fields (``{"type": "tool", "content": …, "tool_call_id": …}``): its
+      ``content``, with its ``artifact`` when it has one;
+    - LlamaIndex's ``ToolOutput`` (``content``, ``tool_name``, ``raw_input``, ``raw_output``,
+      ``is_error``): its ``raw_output`` (its ``content`` when that is missing or the call failed), so
+      the arguments it repeats are not part of the result.
+
+    A wrapper's content given as JSON text is parsed; wrappers inside wrappers are taken off in turn.
+    """
+    for _ in range(4):
+        inner = _unwrap_result(obj)
+        if inner is obj:
+            return obj
+        obj = _json_value(inner)
+    return obj
+
+
+def _unwrap_result(obj: Any) -> Any:
+    """One wrapper of :func:`call_result` taken off, or ``obj`` itself."""
+    if isinstance(obj, dict):
+        keys = obj.keys()
+        if len(keys) == 2 and "kwargs" in keys and ("output" in keys or "outputs" in keys):
+            return obj["output"] if "output" in keys else obj["outputs"]
+        if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(obj.get("kwargs"), dict):
+            ident = obj.get("id")
+            if isinstance(ident, list) and ident and str(ident[-1]).endswith("Message"):
+                return _message_content(obj["kwargs"])
+        if obj.get("type") in _TOOL_MESSAGE_TYPES:
+            if isinstance(obj.get("data"), dict) and "content" in obj["data"]:
+                return _message_content(obj["data"])
+            if "content" in obj and ("tool_call_id" in obj or "name" in obj):
+                return _message_content(obj)
+        if keys >= _TOOL_OUTPUT_KEYS:
+            raw = obj.get("raw_output")
+            if raw is None or obj.get("is_error") is True:
+                return obj.get("content", raw)
+            return raw
+        return obj
     responses = _only_parts(obj, "tool_call_response")
     if responses is None or len(responses) != 1:
         return obj
     part = responses[0]
     for key in ("response", "result"):
         if key in part:
-            return _json_value(part[key])
+            return part[key]
     return obj
+
+
+def _message_content(fields: dict[str, Any]) -> Any:
+    """A LangChain message's content, with its ``artifact`` when it carries one (a tool's raw value)."""
+    content = fields.get("content")
+    artifact = fields.get("artifact")
+    if artifact is None:
+        return content
+    return {"content": content, "artifact": artifact}
 
 
 def _dumps(obj: Any) -> str:
@@ -160,50 +403,80 @@ class Canonicalizer:
         self._plain_outputs = TextMemo(max_text_bytes)  # raw output of another step → (hash, empty, 0)
         self._errors = TextMemo(max_text_bytes)  # error text → (hash, flags)
 
-    def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None]:
-        """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object)."""
-        hit: tuple[int, str, dict[str, Any] | None] | None = self._args.get(raw)
+    def args(self, raw: str) -> tuple[int, str, dict[str, Any] | None, int, tuple[int, ...]]:
+        """``raw`` arguments → (hash, short canonical text, parsed object when it is a JSON object, hash
+        with its noise-shaped values masked, CRCs of those values).
+
+        The masked hash and the values let the progress tracker treat a call whose only new argument is
+        a token the previous result handed back (a page cursor) as the same call
+        (``otelloop.progress``); the plain hash stays the call's identity everywhere else.
+        """
+        hit: tuple[int, str, dict[str, Any] | None, int, tuple[int, ...]] | None = self._args.get(raw)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
-        result: tuple[int, str, dict[str, Any] | None]
+        result: tuple[int, str, dict[str, Any] | None, int, tuple[int, ...]]
         nbytes = sys.getsizeof(raw) + _ENTRY_BYTES
         if parsed is _UNPARSED:
-            result = (hash_text(raw), self._short(raw), None)
+            h = hash_text(raw)
+            result = (h, self._short(raw), None, h, ())
         else:
             parsed = call_arguments(parsed)
             canonical = _dumps(parsed)
             obj = parsed if isinstance(parsed, dict) else None
-            result = (hash_text(canonical), self._short(canonical), obj)
+            h = hash_text(canonical)
+            tokens: list[int] = []
+            masked = _mask_args(parsed, tokens) if obj is not None else parsed
+            result = (h, self._short(canonical), obj, hash_text(_dumps(masked)) if tokens else h, tuple(tokens))
             if obj is not None:  # a parsed object: at worst about 12 bytes per character of its JSON
                 nbytes += 256 + 12 * len(raw)
         self._args.remember(raw, result, len(raw), nbytes + sys.getsizeof(result[1]))
         return result
 
-    def output(self, raw: str, judged: bool = True) -> tuple[int, bool, int]:
-        """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {},
-        its :mod:`~otelloop.mapping.results` flags).
+    def output(self, raw: str, judged: bool = True, clock_s: float | None = None,
+               args: dict[str, Any] | None = None, args_hash: int | None = None) -> tuple[int, bool, int, Facts | None]:
+        """``raw`` output → (hash of its canonical form, whether it is empty: ``""``, null, [] or {}, or
+        only empty containers and noise, its :mod:`~otelloop.mapping.results` flags, and for a
+        structured tool result its :data:`Facts`).
 
-        Only results that progress is judged on (``judged``: a tool's) have their volatile parts
-        normalised and their flags read; the output of an LLM or agent step (long message lists, read
-        by no result rule) is hashed as it is, which costs a fraction of reading it for both.
+        Only results that progress is judged on (``judged``: a tool's) have their dialect's wrappers
+        taken off (:func:`call_result`), their noise masked (near the span clock ``clock_s``, seconds),
+        the values they echo from the call's parsed ``args`` masked, and their flags read; the output of
+        an LLM or agent step (long message lists, read by no result rule) is hashed as it is, which costs
+        a fraction of reading it for both. Memoised by the raw text (and ``args_hash``: echoes depend on
+        the arguments).
         """
         memo = self._outputs if judged else self._plain_outputs
-        hit: tuple[int, bool, int] | None = memo.get(raw)
+        key: Any = raw if not args or args_hash is None else (args_hash, raw)
+        hit: tuple[int, bool, int, Facts | None] | None = memo.get(key)
         if hit is not None:
             return hit
         parsed = self._parse(raw)
+        result: tuple[int, bool, int, Facts | None]
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
-            text = normalise_result(raw) if judged else raw
-            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0)
-        else:
-            if judged:
-                parsed = call_result(parsed)
+            text = normalise_result(raw, clock_s) if judged else raw
+            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0, None)
+        elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
-            result = (hash_text(_dumps(_strip_volatile(parsed, judged))), empty,
-                      result_flags(_result_text(parsed), empty) if judged else 0)
-        memo.remember(raw, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES)
+            result = (hash_text(_dumps(_strip_envelopes(parsed))), empty, 0, None)
+        elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
+            empty = parsed.strip() == ""
+            result = (hash_text(normalise_result(parsed, clock_s)), empty, result_flags(parsed, empty), None)
+        else:
+            echoes: set[Any] = set()
+            if args:
+                _arg_values(args, echoes)
+            walk = _Walk(clock_s, frozenset(echoes))
+            masked = _mask(parsed, walk)
+            empty = parsed is None or parsed == [] or parsed == {} or parsed == "" or (
+                not walk.said and (walk.hollow or not walk.leaves))
+            facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo)
+            said = walk.text()
+            text = said if said is not None else _result_text(parsed)
+            result = (hash_text(_dumps(masked)), empty, result_flags(text, empty), facts)
+        memo.remember(key, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES
+                      + (0 if result[3] is None else 64 + 8 * len(result[3][0] or ())))
         return result
 
     def error(self, text: str) -> tuple[int, int]:

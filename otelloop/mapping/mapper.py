@@ -363,7 +363,7 @@ class Mapper:
                 args = _to_json(args)
             if type(args) is str:
                 raw_args = args
-                step.args_hash, step.args_text, parsed = self.canonical.args(raw_args)
+                step.args_hash, step.args_text, parsed, step.args_key, step.arg_tokens = self.canonical.args(raw_args)
             else:  # too long to parse: identified by its bytes, no file/command facts
                 step.args_hash, step.args_text = self.canonical.oversized(args)
         empty = True
@@ -371,7 +371,13 @@ class Mapper:
             if type(output) is list or type(output) is dict:
                 output = _to_json(output)
             if type(output) is str:
-                step.output_hash, empty, step.result_flags = self.canonical.output(output, step.kind == "tool")
+                if step.kind == "tool":
+                    step.output_hash, empty, step.result_flags, facts = self.canonical.output(
+                        output, True, info.start_ns / 1e9, parsed, step.args_hash)
+                    if facts is not None:
+                        step.leaves, step.result_tokens, step.echo = facts
+                else:
+                    step.output_hash, empty, step.result_flags, _ = self.canonical.output(output, False)
             else:
                 step.output_hash, empty = self.canonical.oversized(output)[0], False
         if info.status_code == _STATUS_ERROR or error_type:

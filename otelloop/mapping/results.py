@@ -19,8 +19,11 @@ Everything here is a pure function of the text, memoised by the caller with the 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
+
+from otelloop.mapping import noise
 
 #: The result says nothing (an empty or "nothing found" answer).
 BLANK = 1
@@ -40,7 +43,7 @@ def _ids_only(match: re.Match[str]) -> str:
     run = match.group()
     if run.isdigit() or run.isalpha():
         return run
-    return "<hex>"
+    return "<id>"
 
 
 #: (pattern, replacement, substrings one of which every match contains — empty when no substring is
@@ -57,15 +60,31 @@ _VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
                 r"[0-9a-fA-F]{12}\b"), "<uuid>", ("-",)),
     (re.compile(r"\d(?<!\w\d)\d{3}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
      "<date>", ("-",)),
+    # HTTP dates (RFC 9110 IMF-fixdate): "Tue, 25 Nov 2026 10:00:00 GMT".
+    (re.compile(r"(?<!\w)(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+                r"\d{4} \d{2}:\d{2}:\d{2} GMT"), "<date>", (" GMT",)),
     (re.compile(r"\d(?<!\w\d)\d?:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>", (":",)),
     (re.compile(r"/(?:private/)?(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>",
      ("/tmp/", "/var/folders/", "/dev/shm/")),
     (re.compile(r"0(?<!\w0)x[0-9a-fA-F]{4,}\b"), "<addr>", ("0x",)),
     # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
     (re.compile(r"[0-9a-fA-F](?<!\w[0-9a-fA-F])[0-9a-fA-F]{7,}\b"), _ids_only, ()),
+    # Relative ages ("3 minutes ago", "5s ago"), compact durations ("1h2m3s", "2m30.5s") and ISO 8601
+    # durations ("PT1.5S", "P1DT2H").
+    (re.compile(r"\d(?<!\w\d)\d*\s?(?:s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?|w|wks?|weeks?|"
+                r"mo|months?|y|yrs?|years?)\s+ago\b"), "<age>", ("ago",)),
+    (re.compile(r"\d(?<!\w\d)\d*(?:h\d+m(?:\d+(?:\.\d+)?s)?|h\d+(?:\.\d+)?s|m\d+(?:\.\d+)?s)\b"), "<dur>", ()),
+    (re.compile(r"P(?<!\wP)(?:\d+[YMWD])*T(?:\d+(?:\.\d+)?[HMS])+\b"), "<dur>", ("T",)),
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
     (re.compile(r"\d(?<!\w\d)\d*(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ()),
 )
+#: Runs of 10 digits or more (after an id prefix's ``_`` too): epoch values near the span clock become
+#: ``<clock>``, other runs of :data:`~otelloop.mapping.noise.MIN_ID_DIGITS` or more ``<id>``
+#: (:func:`~otelloop.mapping.noise.digit_run`).
+_DIGIT_RUN = re.compile(r"\d(?<![A-Za-z0-9.]\d)\d{9,}(?:\.\d+)?(?![A-Za-z0-9])")
+#: Candidate identifier tokens of any alphabet (:func:`~otelloop.mapping.noise.token` decides). A slash
+#: and a dot end a token, so paths and versions are never one.
+_TOKEN = re.compile(r"[A-Za-z0-9_+=-]{12,}")
 
 #: A "nothing found" answer in words. Searched only in short texts, and in an ASCII text only when its
 #: lower-case form holds one of :data:`_BLANK_HINTS`: the search tries every branch at every position.
@@ -114,14 +133,36 @@ _FAILURE_TEXTS = (
 )
 
 
-def normalise_result(text: str) -> str:
-    """``text`` with its volatile parts replaced by placeholders (see the module docstring)."""
+def normalise_result(text: str, clock_s: float | None = None) -> str:
+    """``text`` with its volatile parts replaced by placeholders (see the module docstring).
+
+    ``clock_s``: the span's clock in seconds, near which a run of digits reads as a clock value
+    (None: anywhere in this century; see :mod:`~otelloop.mapping.noise`).
+    """
     if _DIGIT.search(text) is None and "/tmp" not in text:
+        # only an id of letters alone can be here
+        return text if len(text) < noise.MIN_ID_CHARS else _TOKEN.sub(noise.token, text)
+    text = _normalise_short(text) if len(text) <= _SHORT_TEXT else _normalise(text)
+    if _TEN_DIGITS.search(text) is None:
         return text
+    return _DIGIT_RUN.sub(functools.partial(noise.digit_run, clock_s=clock_s), text)
+
+
+#: Texts up to this long (the leaves of structured results: names, codes, states) have their
+#: clock-independent normal form memoised: they repeat from result to result.
+_SHORT_TEXT = 128
+_TEN_DIGITS = re.compile(r"\d{10}")
+
+
+def _normalise(text: str) -> str:
+    """Every volatile part but runs of digits (which depend on the span clock) replaced."""
     for pattern, placeholder, needed in _VOLATILE:
         if not needed or any(part in text for part in needed):
             text = pattern.sub(placeholder, text)
-    return text
+    return _TOKEN.sub(noise.token, text)
+
+
+_normalise_short = functools.lru_cache(maxsize=4096)(_normalise)
 
 
 def result_flags(text: str, empty: bool) -> int:

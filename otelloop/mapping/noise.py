@@ -1,0 +1,173 @@
+"""Per-call noise recognised by its shape: identifiers of any alphabet and clock values.
+
+A tool's result often carries parts that change on every call and say nothing about the work: a
+request id (``req_8fK2pQzL9xWm3NcV``), a serving time in epoch milliseconds, an ETag, a page cursor.
+Left in, they make every repetition of a stuck call look new. Word lists of field names do not travel
+(every API names them differently, in every language), so this module decides by what a value *is*:
+
+- an **identifier** is a token of letters and digits (any alphabet: hex, base32, base58, base62,
+  base64 with ``+/=``, base64url with ``-_``) long enough to be random (:data:`MIN_ID_CHARS`) whose
+  characters switch between classes (digit, upper case, lower case) as often as random text does and
+  far more often than words, CamelCase names or version strings do (:func:`id_shaped`); a short
+  alphabetic prefix such as ``req_`` or ``chatcmpl-`` is kept, since it says what the id is;
+- a **clock value** is a run of 10, 13, 16 or 19 digits that read as epoch seconds, milliseconds,
+  microseconds or nanoseconds falls within :data:`CLOCK_WINDOW_S` of the span's own clock
+  (:func:`clock_shaped`); other runs of 15 digits or more are ids (snowflake-style);
+- text forms of clock values (RFC 3339 with fractions and zones, HTTP dates, relative ages such as
+  ``3 minutes ago``, compact and ISO 8601 durations) are patterns in :mod:`otelloop.mapping.results`.
+
+What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
+amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
+and path segments are words).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Shortest token (after its alphabetic prefix) that can be a random identifier: 12 random characters of
+#: base 16 already hold 48 bits; shorter mixed tokens (``x86_64``, ``utf8mb4``, ``sha256``) are names.
+MIN_ID_CHARS = 12
+#: Fraction of neighbouring characters in different classes (digit, upper, lower) from which a token is
+#: random: random hex switches about 47 % of the time, base32 about 43 %, base62 about 62 %; words,
+#: CamelCase names and ``x86_64-linux-gnu`` stay under 30 %.
+MIN_SWITCH_RATE = 0.3
+#: Switch rate from which a token with at most one run of digits is random: base62 and base58 letters
+#: switch case about half of the time.
+MIN_CASE_SWITCH_RATE = 0.45
+#: Share of vowels among a token's letters under which they are not words (random Latin letters hold
+#: about 19 % vowels, English and German words 35 to 40 %).
+MAX_VOWEL_SHARE = 0.25
+#: A run of digits is a clock value when, read in a unit of its length, it is this close to the span's
+#: clock (a server's time differs from the agent's by its latency and its clock skew, never by a year).
+CLOCK_WINDOW_S = 400 * 86400
+#: Without a span clock, the plausible range of an epoch in seconds (2001-09-09 to 2099-12-31).
+_EPOCH_RANGE_S = (1_000_000_000, 4_102_444_800)
+#: Digits → the unit (per second) of an epoch value of that many digits.
+_CLOCK_UNITS = {10: 1, 13: 1_000, 16: 1_000_000, 19: 1_000_000_000}
+#: A run of this many digits or more that is not a clock value is an identifier (snowflake-style ids are
+#: 17 to 19 digits; 12-digit account numbers and 13-digit ISBNs are stable and stay).
+MIN_ID_DIGITS = 15
+#: A short alphabetic prefix naming what a token is (``req_``, ``chatcmpl-``, ``sk-``, ``evt_``).
+_PREFIX = re.compile(r"[A-Za-z]{1,16}[_-]")
+#: A prefix kept before ``<id>``: lower-case letters naming the kind of id (``req_``, ``chatcmpl-``).
+_NAMING_PREFIX = re.compile(r"[a-z]{2,16}[_-]$")
+_HEX = re.compile(r"(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])(?:[0-9a-f]+|[0-9A-F]+)$")
+_CAPITAL_OR_DIGIT = re.compile(r"[A-Z0-9]")
+#: Upper case, lower case and digits, all three, in a token body of letters and digits only.
+_MIXED = re.compile(r"(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]+$")
+
+
+def id_shaped(token: str) -> bool:
+    """Whether a token of ``[A-Za-z0-9+/=_-]`` is a random identifier (see the module docstring)."""
+    prefix = _PREFIX.match(token)
+    body = token[prefix.end():] if prefix is not None else token
+    return _id_body(body, prefix is not None)
+
+
+def _id_body(body: str, prefixed: bool) -> bool:
+    """Whether a token's body (after its prefix, if ``prefixed``) is random.
+
+    A prefixed body of 16 characters or more that mixes upper case, lower case and digits is an id
+    whatever its switch rate: that is how prefixed ids are made (``req_``, ``cus_``, ``evt_`` + base62),
+    and no word is.
+    """
+    if len(body) < MIN_ID_CHARS:
+        return False
+    if prefixed and len(body) >= 16 and _MIXED.match(body) is not None:
+        return True
+    if _HEX.match(body) is not None:  # hex mixing letters and digits (a prefixed sha, an object id)
+        return True
+    return _random_like(body, prefixed)
+
+
+def _random_like(body: str, prefixed: bool = False) -> bool:
+    """Whether the alphanumeric characters of ``body`` look random rather than like words.
+
+    Three signs, each rare in words and names of any Latin-script language: characters switching class
+    (digit, upper, lower) at nearly every step; digits spread in several runs among letters that switch
+    often; few vowels among the letters (random letters are about one fifth vowels, words twice that).
+    """
+    switches = digits = alnum = digit_runs = vowels = 0
+    last = ""
+    for ch in body:
+        if "0" <= ch <= "9":
+            cls = "d"
+            digits += 1
+            if last != "d":
+                digit_runs += 1
+        elif "a" <= ch <= "z":
+            cls = "l"
+            vowels += ch in "aeiou"
+        elif "A" <= ch <= "Z":
+            cls = "u"
+            vowels += ch in "AEIOU"
+        else:  # separators and padding neither count nor break a run
+            continue
+        alnum += 1
+        if last and cls != last:
+            switches += 1
+        last = cls
+    if alnum < MIN_ID_CHARS or digits == alnum:
+        return False  # too short, or digits only (judged as a number by clock_shaped)
+    rate = switches / (alnum - 1)
+    vowel_share = vowels / (alnum - digits)
+    if prefixed and rate >= MIN_SWITCH_RATE and not body.isupper() and not body.islower() and alnum >= 16:
+        return True  # a prefixed body whose cases switch at nearly every third letter
+    if rate >= MIN_CASE_SWITCH_RATE and (digits or vowel_share < MAX_VOWEL_SHARE + 0.05):
+        return True  # (CamelCase of short words, ``CrashLoopBackOff``, switches often but has vowels)
+    if digit_runs >= 2:
+        return rate >= MIN_SWITCH_RATE or vowel_share < MAX_VOWEL_SHARE
+    if (vowel_share < MAX_VOWEL_SHARE - 0.05 and alnum - digits >= MIN_ID_CHARS and alnum >= 16
+            and not body.islower() and len(set(body)) * 2 >= alnum):
+        return True  # 16 varied capitals or more with hardly a vowel: base32 with few digits, not a word
+    return rate >= MIN_SWITCH_RATE and vowel_share < MAX_VOWEL_SHARE - 0.05 and alnum >= 16
+
+
+def clock_shaped(digits: str, clock_s: float | None) -> bool:
+    """Whether a run of digits (with an optional fraction after 10 digits: ``1764121234.567``) is an
+    epoch value near ``clock_s`` (the span's start, seconds; None: a plausible epoch at all)."""
+    whole, _, _ = digits.partition(".")
+    unit = _CLOCK_UNITS.get(len(whole))
+    if unit is None or (unit != 1 and whole != digits):
+        return False
+    seconds = int(whole) / unit
+    if clock_s is None or clock_s <= 0:
+        return _EPOCH_RANGE_S[0] <= seconds <= _EPOCH_RANGE_S[1]
+    return abs(seconds - clock_s) <= CLOCK_WINDOW_S
+
+
+def number_noise(value: int | float, clock_s: float | None) -> str | None:
+    """The placeholder of a JSON number that is a clock value or a long numeric id, else None."""
+    if isinstance(value, bool) or not value or value < 1_000_000_000:
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return "<clock>" if clock_shaped(repr(value), clock_s) else None
+        value = int(value)
+    text = str(value)
+    if clock_shaped(text, clock_s):
+        return "<clock>"
+    return "<id>" if len(text) >= MIN_ID_DIGITS else None
+
+
+def digit_run(match: re.Match[str], clock_s: float | None) -> str:
+    """A regex callback for runs of 10 digits or more: ``<clock>``, ``<id>`` or the run itself."""
+    run = match.group()
+    if clock_shaped(run, clock_s):
+        return "<clock>"
+    return "<id>" if "." not in run and len(run) >= MIN_ID_DIGITS else run
+
+
+def token(match: re.Match[str]) -> str:
+    """A regex callback for candidate identifier tokens: masked (its prefix kept) when id-shaped."""
+    tok = match.group()
+    if _CAPITAL_OR_DIGIT.search(tok) is None:
+        return tok  # lower-case letters alone are never an id (see _id_body): prose, code names
+    prefix = _PREFIX.match(tok)
+    body = tok[prefix.end():] if prefix is not None else tok
+    if not _id_body(body, prefix is not None):
+        return tok
+    if prefix is None or _NAMING_PREFIX.match(prefix.group()) is None or "-" in body or "_" in body:
+        return "<id>"  # a random first segment (base64url) or a name of many segments: all of it
+    return prefix.group() + "<id>"
