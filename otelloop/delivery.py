@@ -22,12 +22,14 @@ import struct
 from typing import Any
 
 #: Step spans per session whose fingerprints are kept to recognise a re-delivered one: 8 bytes each
-#: (2 KiB per session at most, in its state). A re-sent request carries spans the session saw moments
+#: (3 KiB per session at most with its filters, in its state). A re-sent request carries spans the session saw moments
 #: ago; one holding more than this many steps of a single session may have its oldest ones counted again.
 SEEN_SPANS = 256
 _FINGERPRINT = struct.Struct("<q")
 _WIDTH = _FINGERPRINT.size
 _RING_BYTES = SEEN_SPANS * _WIDTH
+#: Within one call the ring may grow to this before its oldest are dropped (fewer, larger moves).
+_TRIM_AT = 2 * _RING_BYTES
 
 #: Span attributes otelloop writes on step spans (docs/detectors.md): the verdict and the scores. A span
 #: carrying one of them was enriched before; the reader hands such spans over with their attributes.
@@ -44,31 +46,93 @@ EVALUATION_NAME = "otelloop.verdict"
 LANGFUSE_KEYS = ("langfuse.observation.level", "langfuse.observation.status_message")
 
 
-def fingerprint(trace_id: str, span_id: str) -> bytes | None:
-    """8 bytes standing for a span's (trace id, span id), or None when the span has no span id (such a
-    span cannot be told from another and is never taken for a duplicate).
+class SeenSpans:
+    """Fingerprints of a session's last :data:`SEEN_SPANS` step spans, oldest first.
 
-    Python's string hash: fast, cached on the id strings, and the same for the life of the process,
-    which is as long as a fingerprint is kept. Two distinct spans of one session share a fingerprint
-    with a probability of about 2^-64 per pair.
+    A fingerprint is 8 bytes of Python's hash of (trace id, span id): fast, cached on the id strings, and
+    the same for the life of the process, which is as long as a fingerprint is kept. Two distinct spans
+    share one with a probability of about 2^-64 per pair. Scanning 2 KiB of fingerprints costs a few
+    µs, so once a session has a few dozen, two 512-byte Bloom filters answer "certainly not seen" for
+    almost every new span (each holds at most :data:`SEEN_SPANS` fingerprints, 2 bits each of 4096: a
+    "maybe" for under 3% of new spans), and the ring is scanned only on a "maybe". The filters are
+    generations: the newer takes every fingerprint added, and when it has taken :data:`SEEN_SPANS` it
+    becomes the older and a fresh one starts, so together they always hold every fingerprint the ring
+    holds and the answer is exact.
     """
-    if not span_id or span_id == "0000000000000000":
-        return None
-    return _FINGERPRINT.pack(hash((trace_id, span_id)))
+
+    __slots__ = ("ring", "newer", "older", "added")
+
+    def __init__(self) -> None:
+        self.ring = bytearray()
+        #: the filters (None while the ring is short enough to scan)
+        self.newer: bytearray | None = None
+        self.older: bytearray | None = None
+        #: fingerprints added to the newer filter
+        self.added = 0
+
+    def start_filters(self) -> None:
+        """Build the newer filter from the ring (once, when the ring grows past a few dozen)."""
+        newer = self.newer = bytearray(_BLOOM_BYTES)
+        for (h,) in _FINGERPRINT.iter_unpack(self.ring):
+            a, b = h & _BLOOM_MASK, (h >> 12) & _BLOOM_MASK
+            newer[a >> 3] |= 1 << (a & 7)
+            newer[b >> 3] |= 1 << (b & 7)
+        self.added = len(self.ring) // _WIDTH
 
 
-def seen_before(ring: bytearray, fp: bytes) -> bool:
-    """Whether ``fp`` is one of the fingerprints in ``ring``; if not, it is added (the oldest of a full
-    ring makes room). A match must start on an 8-byte boundary."""
-    at = ring.find(fp)
-    while at >= 0:
-        if at % _WIDTH == 0:
-            return True
-        at = ring.find(fp, at + 1)
-    ring += fp
-    if len(ring) > _RING_BYTES:
-        del ring[:_WIDTH]
-    return False
+#: A filter's size (4096 bits), and the ring length from which the filters are kept.
+_BLOOM_BYTES = 512
+_BLOOM_MASK = _BLOOM_BYTES * 8 - 1
+_FILTER_FROM = 32 * _WIDTH
+
+
+def unseen(seen: SeenSpans, items: list[Any]) -> list[Any]:
+    """The items (``(position, step, span info)``) whose step span ``seen`` does not hold, in order; their
+    fingerprints are added (the oldest beyond :data:`SEEN_SPANS` dropped once, at the end). A match must
+    start on an 8-byte boundary. A span without a span id cannot be told from another and is never taken
+    for a duplicate. Written as one loop: it runs for every step."""
+    ring, newer, older, pack = seen.ring, seen.newer, seen.older, _FINGERPRINT.pack
+    find = ring.find
+    fresh = []
+    for item in items:
+        step = item[1]
+        span_id = step.span_id
+        if not span_id or span_id == "0000000000000000":
+            fresh.append(item)
+            continue
+        h = hash((step.trace_id, span_id))
+        fp = pack(h)
+        if newer is not None:
+            a, b = a8, b8 = (h & _BLOOM_MASK) >> 3, ((h >> 12) & _BLOOM_MASK) >> 3
+            abit, bbit = 1 << (h & 7), 1 << ((h >> 12) & 7)
+            maybe = bool((newer[a] & abit and newer[b] & bbit)
+                         or (older is not None and older[a8] & abit and older[b8] & bbit))
+        else:
+            maybe = True
+        if maybe:
+            at = find(fp)
+            while at >= 0 and at % _WIDTH:
+                at = find(fp, at + 1)
+            if at >= 0:
+                continue
+        ring += fp
+        fresh.append(item)
+        if len(ring) > _TRIM_AT:
+            del ring[:len(ring) - _RING_BYTES]
+        if newer is not None:
+            newer[a] |= abit
+            newer[b] |= bbit
+            seen.added += 1
+            if seen.added >= SEEN_SPANS:
+                older = seen.older = newer
+                newer = seen.newer = bytearray(_BLOOM_BYTES)
+                seen.added = 0
+    excess = len(ring) - _RING_BYTES
+    if excess > 0:
+        del ring[:excess]
+    if newer is None and len(ring) >= _FILTER_FROM:
+        seen.start_filters()
+    return fresh
 
 
 def is_output_key(key: str) -> bool:

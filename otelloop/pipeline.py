@@ -282,7 +282,14 @@ class Pipeline:
         done = 0
         for group in groups.values():
             session = self.store.touch(group[0][1].session)
-            group = self._fresh(session, group, replacements)
+            if len(group) <= _ACCOUNT_SLICE:
+                group = self._fresh(session, group, replacements)
+            else:  # the same, a slice at a time
+                fresh: list[tuple[Position, Step, SpanInfo]] = []
+                for start in range(0, len(group), _ACCOUNT_SLICE):
+                    fresh += self._fresh(session, group[start:start + _ACCOUNT_SLICE], replacements)
+                    yield
+                group = fresh
             if not group:
                 continue
             if len(group) <= _ACCOUNT_SLICE:
@@ -542,22 +549,18 @@ _LANGFUSE_DROP: dict[str, AttrValue | None] = dict.fromkeys(delivery.LANGFUSE_KE
 def _drop_seen(session: Session, group: list[tuple[Position, Step, SpanInfo]],
                seen_all: set[tuple[str, str]] | None) -> list[tuple[Position, Step, SpanInfo]]:
     """The steps of ``group`` whose span the session has not seen (all of them, usually)."""
-    fresh = []
     if seen_all is not None:
+        fresh = []
         for item in group:
             key = (item[1].trace_id, item[1].span_id)
             if not key[1] or key not in seen_all:
                 seen_all.add(key)
                 fresh.append(item)
         return fresh
-    ring = session.seen
-    if ring is None:
-        ring = session.seen = bytearray()
-    for item in group:
-        fp = delivery.fingerprint(item[1].trace_id, item[1].span_id)
-        if fp is None or not delivery.seen_before(ring, fp):
-            fresh.append(item)
-    return fresh
+    seen = session.seen
+    if seen is None:
+        seen = session.seen = delivery.SeenSpans()
+    return delivery.unseen(seen, group)
 
 
 def _evaluation_event(time_unix_nano: int, verdict: str, reason: str) -> bytes:

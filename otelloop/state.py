@@ -24,6 +24,7 @@ from itertools import islice
 from typing import Any
 
 from otelloop.bounds import deep_size
+from otelloop.delivery import SeenSpans
 from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
@@ -106,7 +107,7 @@ class Session:
         self.progress: ProgressState | None = None
         #: fingerprints of the session's last step spans, to recognise one delivered again
         #: (``otelloop.delivery``); None before the first
-        self.seen: bytearray | None = None
+        self.seen: SeenSpans | None = None
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""

@@ -15,6 +15,7 @@ from spans import attrs_of, kvs, parse, request, tool_span
 from otelloop import delivery
 from otelloop.analyze import analyze, read_requests
 from otelloop.config import build_config
+from otelloop.model import Step
 from otelloop.otlp.json_codec import request_to_json
 from otelloop.pipeline import Pipeline, run
 
@@ -51,9 +52,9 @@ def test_a_request_delivered_twice_changes_nothing_and_is_forwarded_as_it_came()
     data = request(tool_span(trace=3, i=0), tool_span("read_file", '{"path": "a"}', "x", trace=3, i=1))
     first = p.process(p.decode(data))
     session = p.store.get(format(3, "032x"))
-    before = (session.steps, session.cost_usd, session.verdict, bytes(session.seen), session.recent)
+    before = (session.steps, session.cost_usd, session.verdict, bytes(session.seen.ring), session.recent)
     again = p.process(p.decode(data))
-    assert (session.steps, session.cost_usd, session.verdict, bytes(session.seen), session.recent) == before
+    assert (session.steps, session.cost_usd, session.verdict, bytes(session.seen.ring), session.recent) == before
     assert first.modified and not again.modified and again.data == data
     assert again.findings == [] and duplicates(p) == 2
 
@@ -80,19 +81,53 @@ def test_spans_without_a_span_id_are_never_taken_for_duplicates() -> None:
     assert p.store.get(format(9, "032x")).steps == 3 and duplicates(p) == 0
 
 
+def steps(*span_ids: str, trace: str = "t") -> list[tuple[int, Step, None]]:
+    return [(i, Step(session="s", kind="tool", name="x", agent="a", trace_id=trace, span_id=sid), None)
+            for i, sid in enumerate(span_ids)]
+
+
 def test_the_seen_ring_is_bounded() -> None:
-    ring = bytearray()
-    for i in range(delivery.SEEN_SPANS * 3):
-        assert not delivery.seen_before(ring, delivery.fingerprint("t", f"{i + 1:016x}"))
-    assert len(ring) == delivery.SEEN_SPANS * 8
-    newest = delivery.fingerprint("t", f"{delivery.SEEN_SPANS * 3:016x}")
-    oldest = delivery.fingerprint("t", f"{1:016x}")
-    assert delivery.seen_before(ring, newest) and not delivery.seen_before(ring, oldest)
+    seen = delivery.SeenSpans()
+    n = delivery.SEEN_SPANS * 3
+    assert len(delivery.unseen(seen, steps(*(f"{i + 1:016x}" for i in range(n))))) == n
+    assert len(seen.ring) == delivery.SEEN_SPANS * 8
+    newest, oldest = steps(f"{n:016x}", f"{1:016x}")
+    assert delivery.unseen(seen, [newest, oldest]) == [oldest]
+    assert len(seen.ring) == delivery.SEEN_SPANS * 8
+
+
+def test_the_filter_never_hides_a_span_the_ring_holds() -> None:
+    """Spans arriving one by one and in batches, then every recent one again: each repeat is found, each
+    new one kept, whether the Bloom filter answers or the ring is scanned."""
+    seen = delivery.SeenSpans()
+    ids = [f"{i * 7919 + 3:016x}" for i in range(5000)]
+    for start in range(0, 5000, 50):
+        batch = steps(*ids[start:start + 50])
+        assert delivery.unseen(seen, batch[:1]) == batch[:1]
+        assert delivery.unseen(seen, batch) == batch[1:]
+        recent = steps(*ids[max(0, start + 50 - delivery.SEEN_SPANS):start + 50])
+        assert delivery.unseen(seen, recent) == []
+    assert seen.newer is not None and seen.older is not None and len(seen.ring) == delivery.SEEN_SPANS * 8
+
+
+def test_the_same_span_id_in_another_trace_is_another_span() -> None:
+    both = steps("00000000000000aa", trace="t1") + steps("00000000000000aa", trace="t2")
+    assert len(delivery.unseen(delivery.SeenSpans(), both)) == 2
 
 
 def test_a_fingerprint_found_off_its_boundary_is_no_match() -> None:
-    ring = bytearray(b"\x00" * 4 + b"\x01" * 8 + b"\x00" * 4)
-    assert not delivery.seen_before(ring, b"\x01" * 8)
+    (item,) = steps("00000000000000ab")
+    seen = delivery.SeenSpans()
+    delivery.unseen(seen, [item])
+    seen.ring[:] = b"\x00" * 4 + seen.ring + b"\x00" * 4
+    assert delivery.unseen(seen, [item]) == [item]
+
+
+def test_a_long_session_keeps_a_bounded_ring() -> None:
+    p = Pipeline()
+    calls = [tool_span(tool=f"t{i % 7}", args=f'{{"n": {i}}}', trace=13, i=i) for i in range(600)]
+    p.process(p.decode(request(*calls)))
+    assert len(p.store.get(format(13, "032x")).seen.ring) == delivery.SEEN_SPANS * 8
 
 
 @pytest.mark.parametrize("dialect", ["openai_agents", "strands", "pydantic_ai", "langgraph_openinference"])
