@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from spans import attrs_of, kvs, parse, request, tool_span
@@ -269,3 +271,34 @@ def test_requests_stay_valid_protobuf() -> None:
         out = p.process(p.decode(p.process(Pipeline().decode(data)).data)).data
         ExportTraceServiceRequest.FromString(out)
 
+
+
+# -- property: whatever arrives, each forwarded span has each key once ---------------------------------
+
+
+_CALLS = st.lists(st.tuples(st.sampled_from(["search_web", "read_file", "run_tests"]), st.integers(0, 2),
+                            st.sampled_from(["ok", "no results", "FAILED test_x"]), st.integers(1, 3),
+                            st.booleans()), min_size=1, max_size=24)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=_CALLS, langfuse=st.booleans(), resend=st.integers(0, 3))
+def test_hops_and_resends_never_write_a_key_twice(calls: list, langfuse: bool, resend: int) -> None:
+    """Requests of random tool calls (several traces, some spans marked as errors) go through two
+    otelloops, and some requests are delivered twice to each: every forwarded span keeps unique attribute
+    keys, findings appear once per event name, and the second hop ends with the same verdicts."""
+    cfg = build_config({"enrich": {"langfuse_attributes": langfuse}}, env={})
+    hop1, hop2 = Pipeline(cfg), Pipeline(cfg)
+    for n, (tool, arg, result, trace, failed) in enumerate(calls):
+        data = request(tool_span(tool, f'{{"a": {arg}}}', result, trace=trace, i=n,
+                                 attrs={"error.type": "Boom"} if failed else {}))
+        for _copy in range(2 if resend and n % resend == 0 else 1):
+            out1 = hop1.process(hop1.decode(data)).data
+            out2 = hop2.process(hop2.decode(out1)).data
+            for out in (out1, out2):
+                assert_unique_keys(out)
+                for s in parse(out):
+                    named = [e for e in event_names(s) if e != "gen_ai.evaluation.result"]
+                    assert len(named) == len(set(named))
+                    assert len(evaluations(s)) <= 1
+    assert {s.id: s.verdict for s in hop1.store} == {s.id: s.verdict for s in hop2.store}
