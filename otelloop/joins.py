@@ -12,7 +12,9 @@ trace: when the conversation is new, that session becomes the conversation's (it
 all); when the conversation already has a session, they stay apart (two sessions are never merged).
 
 The table is least-recently-used, bounded in entries and in bytes, registered with the memory guard
-(docs/deploy.md#memory). It also answers the admin API: a client that knows only its trace id
+(docs/deploy.md#memory). It is filled while a request is decoded, before the request may be refused:
+what it holds are facts about traces, not detector state, and a refused request that is sent again
+finds them still true. It also answers the admin API: a client that knows only its trace id
 (``otelloop.client.check_verdict`` inside a span) finds the conversation's session through it.
 """
 

@@ -302,3 +302,13 @@ def test_hops_and_resends_never_write_a_key_twice(calls: list, langfuse: bool, r
                     assert len(named) == len(set(named))
                     assert len(evaluations(s)) <= 1
     assert {s.id: s.verdict for s in hop1.store} == {s.id: s.verdict for s in hop2.store}
+
+
+def test_analyze_recognises_a_span_read_again_after_many_others(tmp_path: Path) -> None:
+    """Offline, the whole run is remembered: a recording read twice in full counts each step once."""
+    calls = [request(tool_span(tool=f"t{i % 9}", args=f'{{"n": {i}}}', trace=91, i=i))
+             for i in range(delivery.SEEN_SPANS + 50)]
+    recording = tmp_path / "run.jsonl"
+    recording.write_text("".join(json.dumps(request_to_json(d)) + "\n" for d in calls))
+    (report,) = analyze([str(recording), str(recording)])
+    assert report.steps == delivery.SEEN_SPANS + 50
