@@ -29,6 +29,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -54,6 +55,8 @@ from otelloop.state import (
     recent_steps,
 )
 
+#: A trace id as otelloop names trace sessions.
+_HEX = re.compile(r"[0-9a-f]{32}")
 #: What an agent is told when it may not see the session-specific message (no agent content).
 GENERIC_MESSAGES = {
     "continue": "",
@@ -240,7 +243,7 @@ class AdminAPI:
     # -- sessions ----------------------------------------------------------------------------------
 
     def _find(self, request: web.Request) -> Session:
-        session = self.pipeline.store.get(request.match_info["id"])
+        session = self.pipeline.session_for(request.match_info["id"])
         if session is None:
             raise web.HTTPNotFound(text='{"error": "unknown session"}', content_type="application/json")
         return session
@@ -430,7 +433,7 @@ class AdminAPI:
             "steps": s.steps, "unjudged_steps": s.unjudged, "cost_usd": round(s.cost_usd, 6),
             "input_tokens": s.input_tokens,
             "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
-            "trace_id": s.id if views["by_trace"] else (alert_trace or ""),
+            "trace_id": s.id if views["by_trace"] or _is_trace_id(s.id) else (alert_trace or ""),
             "alerts": alert_summary(s)[0],
         }
         if findings:
@@ -494,6 +497,12 @@ def _redact_tree(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (bool, int, float)) or value is None:
         return value
     return redact(str(value), SUMMARY_CHARS)
+
+
+def _is_trace_id(session_id: str) -> bool:
+    """Whether a session id is a trace id (``group_by: auto`` names a session without a conversation id
+    by its trace)."""
+    return len(session_id) == 32 and _HEX.fullmatch(session_id) is not None
 
 
 def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:

@@ -124,6 +124,7 @@ def analyze(paths: list[str], config: Config | None = None, output: TextIO | Non
     """Run every request of every file through one pipeline; return a report per session with steps."""
     pipeline = Pipeline(config)
     pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
+    pipeline.seen_all = set()  # overlapping recordings: a span read twice counts once, however far apart
     by_session: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
         for where, data in iter_requests(path):

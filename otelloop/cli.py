@@ -45,8 +45,9 @@ def main() -> None:
 @click.option("--http-endpoint", help="OTLP/HTTP listen address (default 0.0.0.0:4318).")
 @click.option("--admin-endpoint", help="Admin listen address for /metrics, /healthz, /readyz, /v1/sessions "
                                        "(default 0.0.0.0:9464).")
-@click.option("--group-by", type=click.Choice(["trace", "session"]), help="Group steps into sessions by trace or "
-                                                                           "by session attribute.")
+@click.option("--group-by", type=click.Choice(["auto", "trace", "session"]),
+              help="Group steps into sessions: auto (conversation id when spans carry one, else trace; the "
+                   "default), trace, or session (the span's own session attribute).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the bound addresses here as JSON "
                                                                      "once ready.")
 def serve(config_path: str | None, upstream: str | None, grpc_endpoint: str | None, http_endpoint: str | None,

@@ -80,9 +80,11 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
 
     Args:
         base_url: otelloop's admin address, e.g. ``http://otelloop:9464``.
-        session_id: the session id (with ``state.group_by: session``). Takes precedence over trace_id.
-        trace_id: the trace id (with the default ``group_by: trace``), int or hex. When neither is
-            given, the current OpenTelemetry span's trace id is used.
+        session_id: the session id: the conversation id the agent's spans carry (``gen_ai.conversation.id``,
+            ``session.id``, …). Takes precedence over trace_id.
+        trace_id: a trace id, int or hex: otelloop answers with the session of that trace, or of the
+            conversation the trace joined (docs/mapping.md#sessions). When neither is given, the current
+            OpenTelemetry span's trace id is used.
         timeout: seconds allowed for connecting and for each read; keep it short, agents wait on it.
         token: otelloop's agent token (``admin.agent_token``) when it has one, or the bearer token a proxy
             in front of otelloop requires.

@@ -339,17 +339,19 @@ class ConsoleConfig(_Section):
 class StateConfig(_Section):
     """Per-session detector state: what a session is and how many are kept.
 
-    All spans of a session must reach the same otelloop process (see docs/architecture.md): with
-    several replicas, route by trace id (``group_by: trace``) or by session.
+    All spans of a session must reach the same otelloop process (see docs/deploy.md#replicas): with
+    several replicas, route by trace id, or by the conversation id where every span carries it.
 
     Attributes:
-        group_by: ``trace`` (a session is a trace) or ``session`` (the session id attribute the mapping
-            reads, e.g. ``session.id`` or ``gen_ai.conversation.id``).
+        group_by: ``auto`` (a span's conversation/session id, e.g. ``gen_ai.conversation.id`` or
+            ``session.id``, when it carries one; else the conversation its trace was seen with; else its
+            trace id), ``trace`` (a session is a trace) or ``session`` (the span's own conversation/session
+            id, else its trace id; no joining by trace).
         max_sessions: live sessions kept; beyond it the least recently seen is evicted.
         idle_timeout: a session unseen for this long is dropped.
     """
 
-    group_by: Literal["trace", "session"] = "trace"
+    group_by: Literal["auto", "trace", "session"] = "auto"
     max_sessions: int = Field(100_000, ge=1)
     idle_timeout: PositiveDuration = 1800.0
 
@@ -379,7 +381,7 @@ class MappingRule(_Section):
         span_name: a regular expression the span name must match; null: any name.
         kind: the step kind to assign: ``tool``, ``llm``, ``system``, or ``ignore`` (not a step).
         name_attribute: attribute holding the step name; null: the built-in conventions decide.
-        session_attribute: attribute holding the session id (``state.group_by: session``); null: the
+        session_attribute: attribute holding the session id (``state.group_by: auto`` or ``session``); null: the
             built-in conventions decide.
         args_attribute: attribute holding the arguments; null: the built-in conventions decide.
         output_attribute: attribute holding the output; null: the built-in conventions decide.

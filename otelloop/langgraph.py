@@ -43,7 +43,8 @@ _INSTALL_HINT = ("the otelloop LangGraph adapter needs langgraph and langchain-c
 
 
 def trace_session_key(state: Any, config: Mapping[str, Any] | None) -> int | None:
-    """Default session key: the current OpenTelemetry trace id (otelloop's default ``group_by: trace``)."""
+    """Default session key: the current OpenTelemetry trace id (otelloop answers a trace id with the session
+    its trace joined, see docs/mapping.md#sessions)."""
     return current_trace_id()
 
 
@@ -54,7 +55,8 @@ class VerdictGuard:
         next_node: where ``continue`` and ``nudge`` go (e.g. ``"agent"``).
         base_url: otelloop's admin address, e.g. ``http://localhost:9464``.
         session_key: how to find the session from ``(state, config)``; a str is used as the session id
-            (``group_by: session``, e.g. ``config["configurable"]["thread_id"]``), an int as a trace id.
+            (a conversation id the spans carry, e.g. ``config["configurable"]["thread_id"]``), an int as a
+            trace id.
             Default: the current OpenTelemetry trace id.
         verdict_source: replaces the HTTP check (tests, or an in-process otelloop).
         timeout: seconds allowed for the check.

@@ -27,11 +27,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from otelloop import delivery
 from otelloop.config import Config, build_config
 from otelloop.detectors.base import StepContext
 from otelloop.detectors.engine import DetectorEngine
+from otelloop.joins import TraceJoins
 from otelloop.mapping.mapper import Mapper
-from otelloop.model import AttrValue, Finding, Step
+from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.otlp import scan, wire
 from otelloop.otlp.scan import SpanInfo
 from otelloop.otlp.split import Part, split_request
@@ -84,11 +86,16 @@ class Decoded:
     too_large: list[tuple[Position, int]] = field(default_factory=list)
     session_ids: list[str] | None = None
     invalid: list[str] = field(default_factory=list)
+    #: (trace, conversation) of traces first seen with a conversation id in this request
+    #: (``otelloop.joins``): a session named by such a trace may become the conversation's
+    joined: list[tuple[str, str]] = field(default_factory=list)
 
     def sessions(self) -> list[str]:
-        """The distinct sessions of this request's steps (gathered while decoding in chunks)."""
+        """The distinct sessions of this request's steps (gathered while decoding in chunks), and the trace
+        sessions it may rename."""
         if self.session_ids is None:
             self.session_ids = list(dict.fromkeys(item[1].session for item in self.steps))
+            self.session_ids += [trace for trace, _ in self.joined]
         return self.session_ids
 
 
@@ -140,6 +147,11 @@ class Pipeline:
                                   on_evict=self._evicted, clock=clock)
         self.clock = clock
         self.finding_sinks: list[FindingSink] = []
+        #: trace → conversation joins (``state.group_by: auto``; None otherwise)
+        self.joins = TraceJoins() if self.config.state.group_by == "auto" else None
+        #: every (trace id, span id) seen, when duplicates are recognised over a whole run instead of
+        #: per session (``otelloop analyze``: offline, its memory grows with its input)
+        self.seen_all: set[tuple[str, str]] | None = None
 
     # -- configuration -----------------------------------------------------------------------------
 
@@ -150,12 +162,16 @@ class Pipeline:
         self.engine.reconfigure(config.detectors)
         self.scanner = self._scanner()
         self.store.resize(config.state.max_sessions, config.state.idle_timeout)
+        if config.state.group_by != "auto":
+            self.joins = None
+        elif self.joins is None:
+            self.joins = TraceJoins()
 
     def _scanner(self) -> scan.Scanner:
         """A reader that keeps the keys and event attributes the mapping reads and the keys detectors may
         overwrite, and runs the mapper's program (spans carrying an overwritten key keep their attribute
         dict)."""
-        overwritten = self.engine.overwritten_keys()
+        overwritten = self.engine.overwritten_keys() | delivery.OUTPUT_KEYS
         return scan.Scanner(self.mapper.keys | overwritten, max_value_bytes=self.config.mapping.max_text_bytes,
                             program=self.mapper.program(overwritten),
                             events=[(event, attribute) for _, event, attribute in self.mapper.events])
@@ -185,7 +201,8 @@ class Pipeline:
         if len(data) <= bound:
             steps, spans, errors, kept, invalid = _read(scanner, map_span, data, 0)
             steps.sort(key=_start_time)
-            return Decoded(kept, spans, steps, errors, invalid=invalid)
+            return Decoded(kept, spans, steps, errors, invalid=invalid,
+                           joined=self.joins.join(steps) if self.joins is not None else [])
         too_large: list[tuple[Position, int]] = []
 
         def oversized(index: int, span: bytes, size: int) -> bytes | None:
@@ -206,6 +223,7 @@ class Pipeline:
         runs: list[list[tuple[Position, Step, SpanInfo]]] = []
         errors = []
         sessions: dict[str, None] = {}
+        joined: list[tuple[str, str]] = []
         base = 0
         invalid = []
         kept_chunks: list[Part] = []
@@ -216,6 +234,8 @@ class Pipeline:
                 kept_chunks.append((kept, spans))
             invalid += chunk_invalid
             chunk_steps.sort(key=_start_time)
+            if self.joins is not None:
+                joined += self.joins.join(chunk_steps)
             runs.append(chunk_steps)
             errors += chunk_errors
             base += spans
@@ -229,7 +249,8 @@ class Pipeline:
                 steps.append(item)
                 if len(steps) % 4096 == 0:
                     yield
-        return Decoded(data, base, steps, errors, kept_chunks, too_large, list(sessions), invalid)
+        return Decoded(data, base, steps, errors, kept_chunks, too_large,
+                       list(sessions) + [trace for trace, _ in joined], invalid, joined)
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 
@@ -249,8 +270,10 @@ class Pipeline:
         originals = decoded.chunks if decoded.chunks is not None else [(decoded.data, decoded.spans)]
         if not decoded.steps:
             return Processed(self._unmodified(decoded, originals), decoded.spans, 0, False)
+        if decoded.joined:
+            self._adopt(decoded.joined)
         extras: list[bytes | None] = [None] * decoded.spans
-        replacements: dict[Position, dict[str, AttrValue]] = {}
+        replacements: dict[Position, dict[str, AttrValue | None]] = {}
         findings: list[tuple[Step, Finding]] = []
         usage = _Usage(self.metrics, self.clock)
         langfuse = self.config.enrich.langfuse_attributes
@@ -268,6 +291,16 @@ class Pipeline:
         done = 0
         for group in groups.values():
             session = self.store.touch(group[0][1].session)
+            if len(group) <= _ACCOUNT_SLICE:
+                group = self._fresh(session, group, replacements)
+            else:  # the same, a slice at a time
+                fresh: list[tuple[Position, Step, SpanInfo]] = []
+                for start in range(0, len(group), _ACCOUNT_SLICE):
+                    fresh += self._fresh(session, group[start:start + _ACCOUNT_SLICE], replacements)
+                    yield
+                group = fresh
+            if not group:
+                continue
             if len(group) <= _ACCOUNT_SLICE:
                 agent = _account(session, group, usage.by_key)
             else:  # the same totals, folded a slice at a time
@@ -289,15 +322,19 @@ class Pipeline:
             before = session.verdict
             for pos, step, info in group:
                 session.agent = step.agent or session.agent  # detectors see the agent current at each step
+                prior = session.verdict
                 ctx = self.engine.observe(session, step)
                 usage.add_findings(step, ctx)
                 _remember_scores(session, ctx)
-                extras[pos] = self._encode(step, ctx, langfuse) or None
+                change = (session.verdict, session.reason) if session.verdict != prior else None
+                extras[pos] = self._encode(step, ctx, langfuse, change) or None
                 if ctx.overwrites and info.attributes is not None:
                     carried = info.attributes
                     present = {k: v for k, v in ctx.overwrites.items() if k in carried}
                     if present:
-                        replacements[pos] = present
+                        replacements.setdefault(pos, {}).update(present)
+                if langfuse and ctx.findings and pos in replacements:
+                    replacements[pos].update(_LANGFUSE_DROP)
                 if ctx.findings:
                     store.findings_seen(session, step.trace_id, ctx.findings)
                     for finding in ctx.findings:
@@ -341,8 +378,45 @@ class Pipeline:
         """What to forward when nothing was added: the original bytes, unless spans were left out."""
         return originals if decoded.too_large or decoded.invalid else [(decoded.data, decoded.spans)]
 
-    def _encode(self, step: Step, ctx: StepContext, langfuse: bool) -> bytes:
+    def _fresh(self, session: Session, group: list[tuple[Position, Step, SpanInfo]],
+               replacements: dict[Position, dict[str, AttrValue | None]]) -> list[tuple[Position, Step, SpanInfo]]:
+        """The steps of ``group`` not seen before, in order (docs/detectors.md#duplicates); a span seen again
+        is counted and left as it came. The spans of the others that an otelloop enriched before are
+        marked for a rewrite in ``replacements``, so their enrichment is replaced, not written twice."""
+        fresh = _drop_seen(session, group, self.seen_all)
+        if len(fresh) != len(group):
+            self.metrics.spans_duplicate.inc(len(group) - len(fresh))
+        for pos, _, info in fresh:
+            carried = info.attributes
+            if carried is not None and not delivery.OUTPUT_KEYS.isdisjoint(carried):
+                replacements.setdefault(pos, {})
+        return fresh
+
+    def _adopt(self, joined: list[tuple[str, str]]) -> None:
+        """Rename the session of each trace that turned out to belong to a conversation with no session yet
+        (its earlier steps carried no conversation id), so the conversation keeps them."""
+        store = self.store
+        for trace, conversation in joined:
+            if store.get(trace) is not None:
+                store.rename(trace, conversation)
+
+    def session_for(self, session_id: str) -> Session | None:
+        """The session with this id, or the conversation a trace with this id joined (so a client that
+        knows only its trace id finds its conversation's session)."""
+        session = self.store.get(session_id)
+        if session is None and self.joins is not None:
+            joined = self.joins.get(session_id)
+            if joined is not None:
+                session = self.store.get(joined)
+        return session
+
+    def _encode(self, step: Step, ctx: StepContext, langfuse: bool,
+                change: tuple[str, str] | None = None) -> bytes:
+        """The attributes and events this step's span gains; ``change``: (verdict, reason) when this step
+        changed the session's verdict, written as an evaluation event too."""
         out = wire.encode_span_attributes(ctx.attributes) if ctx.attributes else b""
+        if change is not None:
+            out += _evaluation_event(step.end_ns or step.start_ns, *change)
         if not ctx.findings:
             return out
         common = {"otelloop.session_id": ctx.session_id, "otelloop.agent_id": ctx.agent_id}
@@ -465,27 +539,63 @@ def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
     return agent
 
 
-def _by_chunk(replacements: dict[Position, dict[str, AttrValue]],
-              chunks: list[Part]) -> dict[int, dict[Position, dict[str, AttrValue]]]:
+def _by_chunk(replacements: dict[Position, dict[str, AttrValue | None]],
+              chunks: list[Part]) -> dict[int, dict[Position, dict[str, AttrValue | None]]]:
     """Replacements per chunk, keyed by the span's position inside its chunk."""
     if not replacements:
         return {}
     if len(chunks) == 1:
         return {0: replacements}
     starts = list(itertools.accumulate((n for _, n in chunks), initial=0))
-    out: dict[int, dict[Position, dict[str, AttrValue]]] = {}
+    out: dict[int, dict[Position, dict[str, AttrValue | None]]] = {}
     for pos, repl in replacements.items():
         k = bisect.bisect_right(starts, pos) - 1
         out.setdefault(k, {})[pos - starts[k]] = repl
     return out
 
 
-def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue]],
+def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue | None]],
                         extras: list[bytes | None] | None) -> bytes:
-    """Rewrite the spans that carry an attribute otelloop overwrites (rare), then splice in the extras."""
+    """Rewrite the spans that carry an attribute otelloop overwrites or what an otelloop wrote before (rare),
+    then splice in the extras."""
     spans = scan.span_bytes(data)
-    replaced = {pos: wire.replace_span_attributes(spans[pos], repl) for pos, repl in replacements.items()}
+    replaced = {pos: wire.replace_span_attributes(spans[pos], repl, delivery.is_output_key, delivery.is_output_event)
+                for pos, repl in replacements.items()}
     return scan.rewrite(data, replaced, extras)
+
+
+#: With ``enrich.langfuse_attributes``, a span rewritten because an otelloop enriched it before loses the
+#: Langfuse level and message it carries when this pass writes them anew.
+_LANGFUSE_DROP: dict[str, AttrValue | None] = dict.fromkeys(delivery.LANGFUSE_KEYS)
+
+
+def _drop_seen(session: Session, group: list[tuple[Position, Step, SpanInfo]],
+               seen_all: set[tuple[str, str]] | None) -> list[tuple[Position, Step, SpanInfo]]:
+    """The steps of ``group`` whose span the session has not seen (all of them, usually)."""
+    if seen_all is not None:
+        fresh = []
+        for item in group:
+            key = (item[1].trace_id, item[1].span_id)
+            if not key[1] or key not in seen_all:
+                seen_all.add(key)
+                fresh.append(item)
+        return fresh
+    seen = session.seen
+    if seen is None:
+        seen = session.seen = delivery.SeenSpans()
+    return delivery.unseen(seen, group)
+
+
+def _evaluation_event(time_unix_nano: int, verdict: str, reason: str) -> bytes:
+    """The verdict as the GenAI semantic conventions' evaluation result (docs/detectors.md#verdicts):
+    the score is the verdict's rank (0 continue, 1 nudge, 2 stop), the label the verdict, the explanation
+    its reason (redacted when the session took it)."""
+    attrs: dict[str, AttrValue] = {"gen_ai.evaluation.name": delivery.EVALUATION_NAME,
+                                   "gen_ai.evaluation.score.value": float(VERDICT_RANK[verdict]),
+                                   "gen_ai.evaluation.score.label": verdict}
+    if reason:
+        attrs["gen_ai.evaluation.explanation"] = reason
+    return wire.encode_span_event(delivery.EVALUATION_EVENT, time_unix_nano, attrs)
 
 
 @functools.cache

@@ -25,6 +25,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from otelloop.bounds import deep_size
+from otelloop.delivery import SeenSpans
 from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
@@ -71,6 +72,7 @@ class Session:
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
         "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
+        "seen",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -110,6 +112,9 @@ class Session:
         self.progress: ProgressState | None = None
         #: tool steps whose spans carried nothing to judge them by (no result, no error message)
         self.unjudged = 0
+        #: fingerprints of the session's last step spans, to recognise one delivered again
+        #: (``otelloop.delivery``); None before the first
+        self.seen: SeenSpans | None = None
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""
@@ -342,6 +347,26 @@ class SessionStore:
         else:
             session.last_seen = now
             sessions.move_to_end(session_id)
+        return session
+
+    def rename(self, old_id: str, new_id: str) -> Session | None:
+        """Give the session ``old_id`` the id ``new_id`` (a trace session whose trace turned out to belong to a
+        conversation otelloop had not seen yet, ``otelloop.joins``); its state stays, and it becomes the most
+        recently seen (a step of it is arriving). Nothing changes when there is no ``old_id`` or ``new_id`` is
+        taken; returns the renamed session."""
+        sessions = self._sessions
+        session = sessions.get(old_id)
+        if session is None or new_id in sessions:
+            return None
+        del sessions[old_id]
+        sessions[new_id] = session
+        session.id = new_id
+        session.last_seen = self._clock()
+        if self.flagged.pop(old_id, None) is not None:
+            self.flagged[new_id] = session
+        trace = self.alerts.pop(old_id, None)
+        if trace is not None:
+            self.alerts[new_id] = trace or old_id
         return session
 
     def _evict_capacity(self, now: float) -> None:

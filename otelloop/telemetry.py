@@ -241,6 +241,12 @@ METRICS: tuple[MetricSpec, ...] = (
                "Spans forwarded without otelloop's events and attributes, by reason.",
                "`too_large`: with them the span would exceed `exporter.max_request_mib`.",
                attribute="spans_enrichment_skipped"),
+    MetricSpec("otelloop_spans_duplicate", "counter", (),
+               "Step spans seen again in their session (same trace and span id), which changed nothing.",
+               "At-least-once delivery re-sends a request whose answer was lost (OTLP exporters, the "
+               "Collector's `retry_on_failure`). Such a span is forwarded as it came, without otelloop's "
+               "attributes or events, and no session state changes; see docs/detectors.md#duplicates.",
+               attribute="spans_duplicate"),
     MetricSpec("otelloop_export_queue_spans", "gauge", (),
                "Spans waiting in the export queue.", "Spans accepted and not yet delivered.",
                attribute="export_queue_spans"),
@@ -393,6 +399,7 @@ class Metrics:
     requests_aborted: Counter
     spans_exported: Counter
     spans_enrichment_skipped: Counter
+    spans_duplicate: Counter
     spans_export_failed: Counter
     export_queue_spans: Gauge
     export_queue_capacity: Gauge

@@ -20,7 +20,7 @@ def test_defaults_match_spec() -> None:
     assert cfg.exporter.compression == "gzip" and cfg.exporter.timeout == 10.0
     assert cfg.exporter.queue_spans == 100_000 and cfg.exporter.persistent_dir is None
     assert cfg.admin.endpoint == "0.0.0.0:9464" and cfg.admin.token is None
-    assert (cfg.state.group_by, cfg.state.max_sessions, cfg.state.idle_timeout) == ("trace", 100_000, 1800.0)
+    assert (cfg.state.group_by, cfg.state.max_sessions, cfg.state.idle_timeout) == ("auto", 100_000, 1800.0)
     assert set(cfg.detectors) == {"divergence", "rate", "drift", "entropy", "stall", "trajectory"}
     assert all(d.enabled for d in cfg.detectors.values())
 
@@ -29,7 +29,7 @@ def test_defaults_match_spec() -> None:
     ({"detectors": {"entropy": {"window": "x"}}}, 'detectors.entropy.window: must be an integer >= 1, got "x"'),
     ({"state": {"max_sessions": 0}}, "state.max_sessions: must be an integer >= 1, got 0"),
     ({"state": {"idle_timeout": "soon"}}, 'state.idle_timeout: must be a duration like 30s, 10m or 1h'),
-    ({"state": {"group_by": "user"}}, 'state.group_by: must be one of "trace", "session", got "user"'),
+    ({"state": {"group_by": "user"}}, 'state.group_by: must be one of "auto", "trace", "session", got "user"'),
     ({"receiver": {"grpc": {"endpoint": "nowhere"}}}, "receiver.grpc.endpoint: must be host:port"),
     ({"receiver": {"grpc": {"bogus": 1}}}, "receiver.grpc.bogus: unknown key"),
     ({"surprise": True}, "surprise: unknown key"),

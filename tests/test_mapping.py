@@ -86,8 +86,13 @@ def test_name(attrs: dict, span_name: str, expected: str) -> None:
 
 
 def test_session_by_trace_is_32_hex_digits() -> None:
-    step = one({"gen_ai.tool.name": "t", "session.id": "s-1"}, trace=0xABC)
+    step = one({"gen_ai.tool.name": "t", "session.id": "s-1"}, trace=0xABC, config={"state": {"group_by": "trace"}})
     assert step.session == format(0xABC, "032x")
+
+
+def test_default_session_is_the_conversation_id_else_the_trace() -> None:
+    assert one({"gen_ai.tool.name": "t", "gen_ai.conversation.id": "c-1"}, trace=0xABC).session == "c-1"
+    assert one({"gen_ai.tool.name": "t"}, trace=0xABC).session == format(0xABC, "032x")
 
 
 @pytest.mark.parametrize("attrs, resource, expected", [
@@ -99,9 +104,10 @@ def test_session_by_trace_is_32_hex_digits() -> None:
     ({}, {"session.id": "from-resource"}, "from-resource"),
     ({}, {}, format(7, "032x")),
 ], ids=["conversation", "session.id", "langfuse", "traceloop", "langsmith", "resource", "fallback-trace"])
-def test_session_by_session_attribute(attrs: dict, resource: dict, expected: str) -> None:
+@pytest.mark.parametrize("group_by", ["session", "auto"])
+def test_session_by_session_attribute(attrs: dict, resource: dict, expected: str, group_by: str) -> None:
     s = span("t", {"gen_ai.tool.name": "t", **attrs}, trace=7)
-    steps = map_request(request(s, resource=resource), build_config({"state": {"group_by": "session"}}, env={}))
+    steps = map_request(request(s, resource=resource), build_config({"state": {"group_by": group_by}}, env={}))
     assert steps[0].session == expected
 
 

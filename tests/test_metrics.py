@@ -19,6 +19,7 @@ CONTRACT = {
     "otelloop_requests_aborted_total": {"transport", "reason"},
     "otelloop_spans_exported_total": set(),
     "otelloop_spans_enrichment_skipped_total": {"reason"},
+    "otelloop_spans_duplicate_total": set(),
     "otelloop_spans_export_failed_total": {"reason"},
     "otelloop_export_queue_spans": set(),
     "otelloop_export_queue_capacity_spans": set(),

@@ -41,7 +41,7 @@ def test_the_native_reader_is_built() -> None:
 
 
 #: The mapper's program on the default configuration, as ``otelloop serve`` runs it.
-PROGRAM = Mapper(build_config({}, env={})).program(frozenset({"cognition.entropy_score"}))
+PROGRAM = Mapper(build_config({"state": {"group_by": "trace"}}, env={})).program(frozenset({"cognition.entropy_score"}))
 
 
 def readers(limit: int = 65536, program: Any = None) -> tuple[scan.Scanner, scan.Scanner]:

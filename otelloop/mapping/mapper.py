@@ -221,7 +221,7 @@ class Mapper:
     """
 
     def __init__(self, config: Config) -> None:
-        group_by_session = config.state.group_by == "session"
+        group_by_session = config.state.group_by != "trace"
         self.pricing = {m: (p.input_per_mtok, p.output_per_mtok) for m, p in config.pricing.items()}
         self.rules = [_CompiledRule(r, group_by_session) for r in config.mapping.rules]
         self.plans = {kind: _plan(kind, None, group_by_session) for kind in ("tool", "llm", "system")}

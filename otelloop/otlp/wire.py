@@ -9,6 +9,7 @@ gain nothing is forwarded as its original bytes and one that gains something cos
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -148,15 +149,27 @@ def encode_span_event(name: str, time_unix_nano: int, attributes: dict[str, Attr
     return delimited(0x5A, body)
 
 
-def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue]) -> bytes:
-    """Rewrite a span so each key in ``replacements`` appears once, with the new value.
+def replace_span_attributes(span_bytes: bytes, replacements: dict[str, AttrValue | None],
+                            drop_attribute: Callable[[str], bool] | None = None,
+                            drop_event: Callable[[Any], bool] | None = None) -> bytes:
+    """Rewrite a span so each key in ``replacements`` appears once, with the new value (a key whose
+    value is None is removed and not written again).
 
     Used only when a span carries an attribute otelloop must overwrite (the authoritative entropy
-    score): the agent's value must not survive anywhere in the forwarded span.
+    score: the agent's value must not survive anywhere in the forwarded span) or carries what an earlier
+    otelloop wrote (``drop_attribute`` says which attribute keys, ``drop_event`` which events, given as
+    ``trace_pb2.Span.Event``, go), so that what this pass appends is never a second copy.
     """
     span = trace_pb2.Span.FromString(span_bytes)
-    kept = [kv for kv in span.attributes if kv.key not in replacements]
+    kept = [kv for kv in span.attributes
+            if kv.key not in replacements and (drop_attribute is None or not drop_attribute(kv.key))]
     del span.attributes[:]
     span.attributes.extend(kept)
+    if drop_event is not None and span.events:
+        events = [ev for ev in span.events if not drop_event(ev)]
+        if len(events) != len(span.events):
+            del span.events[:]
+            span.events.extend(events)
     kept_bytes: bytes = span.SerializeToString()
-    return kept_bytes + encode_span_attributes(replacements)
+    values: dict[str, AttrValue] = {k: v for k, v in replacements.items() if v is not None}
+    return kept_bytes + encode_span_attributes(values) if values else kept_bytes

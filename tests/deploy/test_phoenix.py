@@ -114,7 +114,9 @@ def test_phoenix_shows_the_findings_on_the_right_spans(summary: dict[str, Any], 
     # once the window of 5 holds only the repeated call (5th and 6th)
     expected_events = [set(), set(), {"otelloop.divergence_suspected", "otelloop.intervention"},
                        {"otelloop.intervention"}, {"otelloop.entropy_alert"}, {"otelloop.entropy_alert"}]
-    assert [set(events(c)) for c in calls] == expected_events
+    assert [{e for e in events(c) if e.startswith("otelloop.")} for c in calls] == expected_events
+    # the verdict changes (nudge on the 3rd call, stop on the 4th) also as GenAI evaluation results
+    assert ["gen_ai.evaluation.result" in events(c) for c in calls] == [False, False, True, True, False, False]
     assert events(root) == {}
 
     divergence = events(calls[2])["otelloop.divergence_suspected"]
@@ -128,7 +130,11 @@ def test_phoenix_shows_the_findings_on_the_right_spans(summary: dict[str, Any], 
         assert alert["otelloop.entropy_score"] == pytest.approx(0.2)
         assert alert["otelloop.repeated_pattern.tool_call"] == "search_web"
     for c in calls:
-        for event_attrs in events(c).values():
+        for name, event_attrs in events(c).items():
+            if name == "gen_ai.evaluation.result":
+                assert event_attrs["gen_ai.evaluation.name"] == "otelloop.verdict"
+                assert event_attrs["gen_ai.evaluation.score.label"] == c["otelloop_attributes"]["otelloop.verdict"]
+                continue
             assert event_attrs["otelloop.session_id"] == session
             assert event_attrs["otelloop.agent_id"] == "research-agent"
             assert event_attrs["otelloop.severity"] in ("warn", "loop", "stop")
