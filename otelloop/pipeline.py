@@ -46,6 +46,10 @@ T = TypeVar("T")
 
 #: A span's index in its request, in reading order (see ``otelloop.otlp.scan``).
 Position = int
+#: A step of a request: its span's position, the step, and what the reader handed over of the span.
+Item = tuple[Position, Step, SpanInfo]
+#: position -> attributes to set in place on that span (None: remove the key)
+Replacements = dict[Position, dict[str, AttrValue | None]]
 FindingSink = Callable[[Step, Finding], None]
 #: A request larger than this is read in chunks of about this size (when the caller asks for slices).
 CHUNK_BYTES = 1 << 20
@@ -80,7 +84,7 @@ class Decoded:
 
     data: bytes
     spans: int
-    steps: list[tuple[Position, Step, SpanInfo]]
+    steps: list[Item]
     mapping_errors: list[str]
     chunks: list[Part] | None = None
     too_large: list[tuple[Position, int]] = field(default_factory=list)
@@ -220,7 +224,7 @@ class Pipeline:
                     chunks.append(part)
         except ValueError as e:
             raise InvalidRequest(f"cannot decode ExportTraceServiceRequest: {e}") from None
-        runs: list[list[tuple[Position, Step, SpanInfo]]] = []
+        runs: list[list[Item]] = []
         errors = []
         sessions: dict[str, None] = {}
         joined: list[tuple[str, str]] = []
@@ -262,124 +266,108 @@ class Pipeline:
         """:meth:`process` in slices (a checkpoint every :data:`CHECKPOINT_STEPS` steps).
 
         The caller must keep other requests of the same sessions from being processed between two slices
-        (``otelloop.receiver.ingest`` does), so each session sees its steps in order.
+        (``otelloop.receiver.ingest`` does), so each session sees its steps in order. The request goes
+        through four stages: its steps are grouped by session; each session's group is checked for spans
+        seen before, folded into the session's totals and run through the detectors
+        (:meth:`_process_session`); the findings go to the finding sinks; and the spans to forward are
+        assembled, enriched where anything was added (:func:`_assemble`).
         """
-        if decoded.mapping_errors:
-            for fld, n in Counter(decoded.mapping_errors).items():
-                self.metrics.mapping_errors.labels(fld).inc(n)
+        for fld, n in Counter(decoded.mapping_errors).items():
+            self.metrics.mapping_errors.labels(fld).inc(n)
         originals = decoded.chunks if decoded.chunks is not None else [(decoded.data, decoded.spans)]
         if not decoded.steps:
             return Processed(self._unmodified(decoded, originals), decoded.spans, 0, False)
         if decoded.joined:
             self._adopt(decoded.joined)
-        extras: list[bytes | None] = [None] * decoded.spans
-        replacements: dict[Position, dict[str, AttrValue | None]] = {}
-        findings: list[tuple[Step, Finding]] = []
-        usage = _Usage(self.metrics, self.clock)
-        langfuse = self.config.enrich.langfuse_attributes
-        detecting = bool(self.engine.detectors)
-        store = self.store
-        groups: dict[str, list[tuple[Position, Step, SpanInfo]]] = {}
-        for n, item in enumerate(decoded.steps, 1):  # by session, each in time order
-            group = groups.get(item[1].session)
-            if group is None:
-                groups[item[1].session] = [item]
-            else:
-                group.append(item)
-            if n % 4096 == 0:
-                yield
-        done = 0
-        for group in groups.values():
-            session = self.store.touch(group[0][1].session)
-            if len(group) <= _ACCOUNT_SLICE:
-                group = self._fresh(session, group, replacements)
-            else:  # the same, a slice at a time
-                fresh: list[tuple[Position, Step, SpanInfo]] = []
-                for start in range(0, len(group), _ACCOUNT_SLICE):
-                    fresh += self._fresh(session, group[start:start + _ACCOUNT_SLICE], replacements)
-                    yield
-                group = fresh
-            if not group:
-                continue
-            if len(group) <= _ACCOUNT_SLICE:
-                agent = _account(session, group, usage.by_key)
-            else:  # the same totals, folded a slice at a time
-                agent = ""
-                for start in range(0, len(group), _ACCOUNT_SLICE):
-                    agent = _account(session, group[start:start + _ACCOUNT_SLICE], usage.by_key) or agent
-                    yield
-            if not detecting:
-                # Only the verdict is added, which no step of this request can change.
-                session.agent = agent or session.agent
-                verdict = _verdict_attribute(session.verdict)
-                for item in group:
-                    extras[item[0]] = verdict
-                done += len(group)
-                if done >= CHECKPOINT_STEPS:
-                    done = 0
-                    yield
-                continue
-            before = session.verdict
-            for pos, step, info in group:
-                session.agent = step.agent or session.agent  # detectors see the agent current at each step
-                prior = session.verdict
-                ctx = self.engine.observe(session, step)
-                usage.add_findings(step, ctx)
-                _remember_scores(session, ctx)
-                change = (session.verdict, session.reason) if session.verdict != prior else None
-                extras[pos] = self._encode(step, ctx, langfuse, change) or None
-                if ctx.overwrites and info.attributes is not None:
-                    carried = info.attributes
-                    present = {k: v for k, v in ctx.overwrites.items() if k in carried}
-                    if present:
-                        replacements.setdefault(pos, {}).update(present)
-                if langfuse and ctx.findings and pos in replacements:
-                    replacements[pos].update(_LANGFUSE_DROP)
-                if ctx.findings:
-                    store.findings_seen(session, step.trace_id, ctx.findings)
-                    for finding in ctx.findings:
-                        findings.append((step, finding))
-                done += 1
-                if done >= CHECKPOINT_STEPS:
-                    done = 0
-                    yield
-            if session.verdict != before:
-                store.verdict_changed(session, before)
-        usage.flush()
-        if self.finding_sinks:
-            for n, (step, finding) in enumerate(findings, 1):
-                for sink in self.finding_sinks:
-                    sink(step, finding)
-                if n % CHECKPOINT_STEPS == 0:
-                    yield
-        parts: list[Part] = []
-        base = 0
-        by_chunk = _by_chunk(replacements, originals)
-        for k, (chunk, spans) in enumerate(originals):
-            chunk_extras = extras[base:base + spans] if len(originals) > 1 else extras
-            chunk_repl = by_chunk.get(k)
-            if chunk_repl:
-                parts.append((_replace_attributes(chunk, chunk_repl, chunk_extras), spans))
-            elif any(chunk_extras):
-                parts.append((scan.splice(chunk, chunk_extras), spans))
-            else:
-                parts.append((chunk, spans))
-            base += spans
-            if len(originals) > 1:
-                yield
+        work = _Work(decoded.spans, _Usage(self.metrics, self.clock), self.config.enrich.langfuse_attributes)
+        groups = yield from _by_session(decoded.steps)
+        for group in groups:
+            yield from self._process_session(group, work)
+        work.usage.flush()
+        yield from self._tell_sinks(work.findings)
+        parts = yield from _assemble(originals, work.extras, work.replacements)
         modified = any(new is not old for (new, _), (old, _) in zip(parts, originals, strict=True))
         if not modified:
             parts = self._unmodified(decoded, originals)
-        return Processed(parts, decoded.spans, len(decoded.steps), modified, findings,
+        return Processed(parts, decoded.spans, len(decoded.steps), modified, work.findings,
                          originals if modified else None)
+
+    def _process_session(self, group: list[Item], work: _Work) -> Generator[None, None, None]:
+        """One session's steps of the request: drop those seen before, fold the rest into the session's
+        totals, then detect step by step (or, with every detector off, only stamp the verdict)."""
+        session = self.store.touch(group[0][1].session)
+        group = yield from self._fresh_sliced(session, group, work.replacements)
+        if not group:
+            return
+        agent = yield from _account_sliced(session, group, work.usage.by_key)
+        if not self.engine.detectors:
+            # Only the verdict is added, which no step of this request can change.
+            session.agent = agent or session.agent
+            verdict = _verdict_attribute(session.verdict)
+            for item in group:
+                work.extras[item[0]] = verdict
+            if work.checkpoint(len(group)):
+                yield
+            return
+        before = session.verdict
+        for item in group:
+            self._detect(session, item, work)
+            if work.checkpoint(1):
+                yield
+        if session.verdict != before:
+            self.store.verdict_changed(session, before)
+
+    def _detect(self, session: Session, item: Item, work: _Work) -> None:
+        """Run the detectors on one step and record what its span gains: attributes and events to append,
+        attributes to overwrite in place, and the step's findings."""
+        pos, step, info = item
+        session.agent = step.agent or session.agent  # detectors see the agent current at each step
+        prior = session.verdict
+        ctx = self.engine.observe(session, step)
+        work.usage.add_findings(step, ctx)
+        _remember_scores(session, ctx)
+        change = (session.verdict, session.reason) if session.verdict != prior else None
+        work.extras[pos] = self._encode(step, ctx, work.langfuse, change) or None
+        replacements = work.replacements
+        if ctx.overwrites and info.attributes is not None:
+            carried = info.attributes
+            present = {k: v for k, v in ctx.overwrites.items() if k in carried}
+            if present:
+                replacements.setdefault(pos, {}).update(present)
+        if ctx.findings:
+            if work.langfuse and pos in replacements:
+                replacements[pos].update(_LANGFUSE_DROP)
+            self.store.findings_seen(session, step.trace_id, ctx.findings)
+            work.findings += [(step, finding) for finding in ctx.findings]
+
+    def _fresh_sliced(self, session: Session, group: list[Item],
+                      replacements: Replacements) -> Generator[None, None, list[Item]]:
+        """:meth:`_fresh`, a slice of :data:`_ACCOUNT_SLICE` steps at a time for a large group."""
+        if len(group) <= _ACCOUNT_SLICE:
+            return self._fresh(session, group, replacements)
+        fresh: list[Item] = []
+        for start in range(0, len(group), _ACCOUNT_SLICE):
+            fresh += self._fresh(session, group[start:start + _ACCOUNT_SLICE], replacements)
+            yield
+        return fresh
+
+    def _tell_sinks(self, findings: list[tuple[Step, Finding]]) -> Generator[None, None, None]:
+        """Hand each finding to the finding sinks (the log of detect-only mode, the event stream)."""
+        if not self.finding_sinks:
+            return
+        for n, (step, finding) in enumerate(findings, 1):
+            for sink in self.finding_sinks:
+                sink(step, finding)
+            if n % CHECKPOINT_STEPS == 0:
+                yield
 
     @staticmethod
     def _unmodified(decoded: Decoded, originals: list[Part]) -> list[Part]:
         """What to forward when nothing was added: the original bytes, unless spans were left out."""
         return originals if decoded.too_large or decoded.invalid else [(decoded.data, decoded.spans)]
 
-    def _fresh(self, session: Session, group: list[tuple[Position, Step, SpanInfo]],
-               replacements: dict[Position, dict[str, AttrValue | None]]) -> list[tuple[Position, Step, SpanInfo]]:
+    def _fresh(self, session: Session, group: list[Item],
+               replacements: Replacements) -> list[Item]:
         """The steps of ``group`` not seen before, in order (docs/detectors.md#duplicates); a span seen again
         is counted and left as it came. The spans of the others that an otelloop enriched before are
         marked for a rewrite in ``replacements``, so their enrichment is replaced, not written twice."""
@@ -442,7 +430,7 @@ class Pipeline:
         return self.store.verdict_counts()
 
 
-def _start_time(item: tuple[Position, Step, SpanInfo]) -> int:
+def _start_time(item: Item) -> int:
     return item[1].start_ns
 
 
@@ -458,7 +446,7 @@ def run(steps: Generator[None, None, T]) -> T:
 #: What reading a (chunk of a) request gives: its steps (positions offset by the chunk's base), the count of
 #: spans kept, the mapping errors, the bytes to forward (without the spans of invalid ids) and the reason
 #: each of those was left out.
-Read = tuple[list[tuple[Position, Step, SpanInfo]], int, list[str], bytes, list[str]]
+Read = tuple[list[Item], int, list[str], bytes, list[str]]
 
 
 def _scanned(scanner: scan.Scanner, data: bytes) -> tuple[list[scan.Resource], list[SpanInfo | None], list[str],
@@ -479,7 +467,7 @@ def _scanned(scanner: scan.Scanner, data: bytes) -> tuple[list[scan.Resource], l
 def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes, base: Position) -> Read:
     """Read one (chunk of a) request (see :data:`Read`)."""
     resources, infos, errors, kept, invalid = _scanned(scanner, data)
-    steps: list[tuple[Position, Step, SpanInfo]] = []
+    steps: list[Item] = []
     for i, info in enumerate(infos):
         if info is not None:
             step = map_span(info, resources[info.resource], errors)
@@ -493,7 +481,7 @@ def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], dat
     """:func:`_read` with a checkpoint every :data:`CHECKPOINT_STEPS` spans mapped."""
     resources, infos, errors, kept, invalid = _scanned(scanner, data)
     yield
-    steps: list[tuple[Position, Step, SpanInfo]] = []
+    steps: list[Item] = []
     for start in range(0, len(infos), CHECKPOINT_STEPS):
         for i in range(start, min(start + CHECKPOINT_STEPS, len(infos))):
             info = infos[i]
@@ -505,7 +493,89 @@ def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], dat
     return steps, len(infos), errors, kept, invalid
 
 
-def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
+class _Work:
+    """What processing one request gathers as it goes, session by session.
+
+    Attributes:
+        extras: per span position, the encoded attributes and events it gains (None: nothing).
+        usage: step metrics of the request, flushed once at its end.
+        langfuse: whether spans with findings also get the Langfuse level attributes.
+        replacements: attributes to overwrite in place, per span position.
+        findings: (step, finding) in processing order.
+        since_checkpoint: steps processed since the last checkpoint.
+    """
+
+    __slots__ = ("extras", "usage", "langfuse", "replacements", "findings", "since_checkpoint")
+
+    def __init__(self, spans: int, usage: _Usage, langfuse: bool) -> None:
+        self.extras: list[bytes | None] = [None] * spans
+        self.usage = usage
+        self.langfuse = langfuse
+        self.replacements: Replacements = {}
+        self.findings: list[tuple[Step, Finding]] = []
+        self.since_checkpoint = 0
+
+    def checkpoint(self, steps: int) -> bool:
+        """Count ``steps`` processed; True when a checkpoint is due (every :data:`CHECKPOINT_STEPS`)."""
+        self.since_checkpoint += steps
+        if self.since_checkpoint < CHECKPOINT_STEPS:
+            return False
+        self.since_checkpoint = 0
+        return True
+
+
+def _by_session(steps: list[Item]) -> Generator[None, None, list[list[Item]]]:
+    """The request's steps grouped by session, each group in processing order, groups in order of first
+    appearance."""
+    groups: dict[str, list[Item]] = {}
+    for n, item in enumerate(steps, 1):
+        group = groups.get(item[1].session)
+        if group is None:
+            groups[item[1].session] = [item]
+        else:
+            group.append(item)
+        if n % 4096 == 0:
+            yield
+    return list(groups.values())
+
+
+def _account_sliced(session: Session, group: list[Item],
+                    usage: dict[tuple[str, str, str], list[float]]) -> Generator[None, None, str]:
+    """:func:`_account`, a slice of :data:`_ACCOUNT_SLICE` steps at a time for a large group (the same
+    totals); returns the last agent named."""
+    if len(group) <= _ACCOUNT_SLICE:
+        return _account(session, group, usage)
+    agent = ""
+    for start in range(0, len(group), _ACCOUNT_SLICE):
+        agent = _account(session, group[start:start + _ACCOUNT_SLICE], usage) or agent
+        yield
+    return agent
+
+
+def _assemble(originals: list[Part], extras: list[bytes | None],
+              replacements: Replacements) -> Generator[None, None, list[Part]]:
+    """The parts to forward: each original part as it came when none of its spans gained anything (the
+    same object, so the caller can tell), else with the additions spliced in, rewritten where attributes
+    are replaced."""
+    parts: list[Part] = []
+    base = 0
+    by_chunk = _by_chunk(replacements, originals)
+    for k, (chunk, spans) in enumerate(originals):
+        chunk_extras = extras[base:base + spans] if len(originals) > 1 else extras
+        chunk_repl = by_chunk.get(k)
+        if chunk_repl:
+            parts.append((_replace_attributes(chunk, chunk_repl, chunk_extras), spans))
+        elif any(chunk_extras):
+            parts.append((scan.splice(chunk, chunk_extras), spans))
+        else:
+            parts.append((chunk, spans))
+        base += spans
+        if len(originals) > 1:
+            yield
+    return parts
+
+
+def _account(session: Session, group: list[Item],
              usage: dict[tuple[str, str, str], list[float]]) -> str:
     """Fold a session's steps of one request into its totals (before detectors see them) and into the
     request's usage per (kind, service, model); returns the last agent named (the caller sets it, step
@@ -539,7 +609,7 @@ def _account(session: Session, group: list[tuple[Position, Step, SpanInfo]],
     return agent
 
 
-def _by_chunk(replacements: dict[Position, dict[str, AttrValue | None]],
+def _by_chunk(replacements: Replacements,
               chunks: list[Part]) -> dict[int, dict[Position, dict[str, AttrValue | None]]]:
     """Replacements per chunk, keyed by the span's position inside its chunk."""
     if not replacements:
@@ -554,7 +624,7 @@ def _by_chunk(replacements: dict[Position, dict[str, AttrValue | None]],
     return out
 
 
-def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, AttrValue | None]],
+def _replace_attributes(data: bytes, replacements: Replacements,
                         extras: list[bytes | None] | None) -> bytes:
     """Rewrite the spans that carry an attribute otelloop overwrites or what an otelloop wrote before (rare),
     then splice in the extras."""
@@ -569,8 +639,8 @@ def _replace_attributes(data: bytes, replacements: dict[Position, dict[str, Attr
 _LANGFUSE_DROP: dict[str, AttrValue | None] = dict.fromkeys(delivery.LANGFUSE_KEYS)
 
 
-def _drop_seen(session: Session, group: list[tuple[Position, Step, SpanInfo]],
-               seen_all: set[tuple[str, str]] | None) -> list[tuple[Position, Step, SpanInfo]]:
+def _drop_seen(session: Session, group: list[Item],
+               seen_all: set[tuple[str, str]] | None) -> list[Item]:
     """The steps of ``group`` whose span the session has not seen (all of them, usually)."""
     if seen_all is not None:
         fresh = []
