@@ -111,12 +111,14 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
     pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
     if requests is None:
         requests = read_requests(run, corpus)
-    # The tool calls of the run ordered by start time: the index the labels use.
+    # The tool calls of the run ordered by start time: the index the labels use (a span delivered twice is
+    # one call).
     decoded = [pipeline.decode(data) for data in requests]  # decoding changes no state: each request once
-    tools: list[tuple[int, str]] = []
+    calls: set[tuple[int, str]] = set()
     for d in decoded:
-        tools += [(step.start_ns, step.span_id) for _, step, _ in d.steps if step.kind == "tool"]
-    rank = {span_id: i for i, (_, span_id) in enumerate(sorted(tools), 1)}
+        calls.update((step.start_ns, step.span_id) for _, step, _ in d.steps if step.kind == "tool")
+    tools = sorted(calls)
+    rank = {span_id: i for i, (_, span_id) in enumerate(tools, 1)}
     res = RunResult(run["id"], run["label"], run["scenario"], run["dialect"], run["tool_calls"], run["loop_start"],
                     tool_steps=len(tools))
     seen_tools: Counter[str] = Counter()  # session -> tool steps processed
