@@ -31,8 +31,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pipeline import start  # noqa: E402
-from procinfo import rss_mib  # noqa: E402
+from bench_pipeline import start
+from procinfo import rss_mib
 
 HERE = Path(__file__).parent
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -102,11 +102,11 @@ def start_server(tmp: Path, config: dict) -> tuple[subprocess.Popen, dict[str, s
 
     (tmp / "c.yaml").write_text(yaml.safe_dump(config))
     ready = tmp / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "otelloop", "serve", "--config", str(tmp / "c.yaml"),
-                             "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
-                             "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(ready)],
-                            stderr=open(tmp / "stderr", "wb"),
-                            env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"})
+    with open(tmp / "stderr", "wb") as stderr:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "otelloop", "serve", "--config", str(tmp / "c.yaml"),
+                                 "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
+                                 "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(ready)],
+                                stderr=stderr, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"})
     deadline = time.monotonic() + 30
     while not ready.exists():
         if time.monotonic() > deadline or proc.poll() is not None:

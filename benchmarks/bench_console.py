@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from workload import build_batch  # noqa: E402
+from workload import build_batch
 
-from otelloop.admin import AdminAPI  # noqa: E402
-from otelloop.config import build_config  # noqa: E402
-from otelloop.events import FLUSH_INTERVAL, EventHub  # noqa: E402
-from otelloop.pipeline import Pipeline  # noqa: E402
-from otelloop.telemetry import Metrics  # noqa: E402
+from otelloop.admin import AdminAPI
+from otelloop.config import build_config
+from otelloop.events import FLUSH_INTERVAL, EventHub
+from otelloop.pipeline import Pipeline
+from otelloop.telemetry import Metrics
 
 
 def cpu_per_span(pipeline: Pipeline, batches: list[bytes]) -> float:

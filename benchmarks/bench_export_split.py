@@ -26,7 +26,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
-from large_requests import METHOD, Otelloop, identical_tool_spans, tool_spans  # noqa: E402
+from large_requests import METHOD, Otelloop, identical_tool_spans, tool_spans
 
 HERE = Path(__file__).parent
 CASES = {"identical": lambda: identical_tool_spans(100_000), "tools": lambda: tool_spans(60_000)}

@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
-from large_requests import METHOD, Otelloop, as_otlp_json, identical_tool_spans, tool_spans  # noqa: E402
+from large_requests import METHOD, Otelloop, as_otlp_json, identical_tool_spans, tool_spans
 
 HERE = Path(__file__).parent
 
@@ -137,10 +137,7 @@ def run(case: str, args: argparse.Namespace, tmp: Path) -> None:
         small.start()
         time.sleep(1)
         started = time.perf_counter()
-        if case == "grpc":
-            status = send_grpc(o.addresses["grpc"], data)
-        else:
-            status = send_json(o.addresses["http"], data)
+        status = send_grpc(o.addresses["grpc"], data) if case == "grpc" else send_json(o.addresses["http"], data)
         took = time.perf_counter() - started
         time.sleep(0.5)
         probes.stopped.set()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from workload import build_batch  # noqa: E402
+from workload import build_batch
 
 HERE = Path(__file__).parent
 SPANS = 512

@@ -20,9 +20,9 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pipeline import DETECTORS, start  # noqa: E402
-from procinfo import rss_mib  # noqa: E402
-from workload import build_batch  # noqa: E402
+from bench_pipeline import DETECTORS, start
+from procinfo import rss_mib
+from workload import build_batch
 
 HERE = Path(__file__).parent
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from procinfo import cpu_seconds  # noqa: E402
-from workload import build_batch  # noqa: E402
+from procinfo import cpu_seconds
+from workload import build_batch
 
 HERE = Path(__file__).parent
 DETECTORS = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")

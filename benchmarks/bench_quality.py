@@ -93,7 +93,8 @@ class RunResult:
 
 
 def load_labels(corpus: Path = CORPUS) -> list[dict[str, Any]]:
-    return json.loads((corpus / "labels.json").read_text())["runs"]
+    runs: list[dict[str, Any]] = json.loads((corpus / "labels.json").read_text())["runs"]
+    return runs
 
 
 def read_requests(run: dict[str, Any], corpus: Path = CORPUS) -> list[bytes]:

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from workload import build_batch  # noqa: E402
+from workload import build_batch
 
-from otelloop.config import build_config  # noqa: E402
-from otelloop.pipeline import Pipeline  # noqa: E402
+from otelloop.config import build_config
+from otelloop.pipeline import Pipeline
 
 
 def measure(sessions: int, steps: int) -> float:

@@ -73,7 +73,7 @@ class Otelloop:
         ready = tmp / "ready.json"
         ready.unlink(missing_ok=True)
         self.stderr_path = tmp / "otelloop.stderr"
-        self._stderr = open(self.stderr_path, "wb")
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115  (the process writes it until stop() closes it)
         self.report_path = tmp / "callbacks.json"
         program = ([sys.executable, str(Path(__file__).parent / "loop_timing.py"), str(self.report_path)]
                    if time_callbacks else [sys.executable, "-m", "otelloop"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import json
 import random
@@ -449,7 +450,7 @@ def noise(form: str) -> Transform:
                 if values[form][1] not in seen:
                     break
             seen.add(values[form][1])
-            if not rewrite_result(sp, lambda t, v=values: add_noise(t, form, v)) \
+            if not rewrite_result(sp, functools.partial(add_noise, form=form, values=values)) \
                     and sp.status.code == Status.STATUS_CODE_ERROR:
                 sp.status.message = add_noise(sp.status.message, form, values)
                 for ev in sp.events:
@@ -909,7 +910,7 @@ _TRANSIENT = (("RateLimitError", "429 Too Many Requests"), ("HTTPError", "503 Se
 
 
 def _healthy(run: dict[str, Any]) -> bool:
-    return run["label"] == "healthy"
+    return bool(run["label"] == "healthy")
 
 
 def _template(msgs: list[ExportTraceServiceRequest], rng: random.Random) -> Span | None:

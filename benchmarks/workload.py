@@ -44,8 +44,8 @@ def build_batch(n: int = 512, sessions: int = 16, seed: int = 1, session_base: i
                   _kv("gen_ai.conversation.id", f"conv-{i % sessions}")]
         if turn == 0:
             sp.name = "chat gpt-4o-mini"
-            sp.attributes.extend(common + [
-                _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "gpt-4o-mini"),
+            sp.attributes.extend([
+                *common, _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "gpt-4o-mini"),
                 _kv("gen_ai.response.model", "gpt-4o-mini-2024-07-18"), _kv("gen_ai.response.id", f"chatcmpl-{i}"),
                 _kv("gen_ai.usage.input_tokens", rnd.randint(400, 4000)),
                 _kv("gen_ai.usage.output_tokens", rnd.randint(10, 400)),
@@ -53,8 +53,8 @@ def build_batch(n: int = 512, sessions: int = 16, seed: int = 1, session_base: i
         else:
             tool = TOOLS[(i // 7) % 5]
             sp.name = f"execute_tool {tool}"
-            sp.attributes.extend(common + [
-                _kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
+            sp.attributes.extend([
+                *common, _kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
                 _kv("gen_ai.tool.call.id", f"call_{rnd.getrandbits(48):012x}"), _kv("gen_ai.tool.type", "function"),
                 _kv("gen_ai.tool.call.arguments", json.dumps({"query": f"weather in city {i % 11}", "page": i % 3})),
                 _kv("gen_ai.tool.call.result", f"{i % 5} results"),

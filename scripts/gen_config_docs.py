@@ -211,7 +211,7 @@ def value_text(value: Any, duration: bool = False) -> str:
     """A default as it would be written in the YAML file."""
     if duration and isinstance(value, (int, float)):
         return duration_text(value)
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
     return text[: -len("\n...")].strip() if text.endswith("\n...") else text
 
 

@@ -51,7 +51,7 @@ class Served:
         cmd = [sys.executable, "-m", "otelloop", "serve", "--config", str(self.config_path),
                "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
                "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(self.ready_file), *(args or [])]
-        self._stderr = open(self.stderr_path, "wb")
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115  (the process writes it until stop() closes it)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         full_env.update(env or {})
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._stderr, env=full_env)

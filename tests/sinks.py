@@ -134,7 +134,7 @@ def _retry_trailers(reply: Reply) -> list[tuple[str, bytes]]:
         return []
     seconds = int(reply.retry_delay)
     info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
-        seconds=seconds, nanos=int(round((reply.retry_delay - seconds) * 1e9))))
+        seconds=seconds, nanos=round((reply.retry_delay - seconds) * 1e9)))
     trailers = []
     if "status" in reply.trailers:
         detail = any_pb2.Any()
@@ -315,7 +315,7 @@ def make_pki(directory: Path) -> Pki:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])

@@ -159,7 +159,7 @@ def test_allow_remote_without_token_opens_session_data(serve: Any) -> None:
     remote = f"http://{address}:{o.admin.rsplit(':', 1)[1]}"
     for path in DATA_PATHS:
         assert status(remote + path.format(sid=sid)) == 200, path
-    code, body = http_call("GET", f"{remote}/v1/sessions/{sid}/verdict")
+    _code, body = http_call("GET", f"{remote}/v1/sessions/{sid}/verdict")
     assert "planner" in json.loads(body)["message"]
 
 
@@ -209,9 +209,9 @@ def test_peer_check(peer: str, allowed: bool) -> None:
 def test_config_refuses_contradictory_access_settings() -> None:
     from otelloop.config import ConfigError
 
-    with pytest.raises(ConfigError, match="admin.allow_remote_without_token"):
+    with pytest.raises(ConfigError, match=r"admin\.allow_remote_without_token"):
         build_config({"admin": {"allow_remote_without_token": True, "read_localhost_only": True}}, env={})
-    with pytest.raises(ConfigError, match="console.trace_url: must be an http"):
+    with pytest.raises(ConfigError, match=r"console\.trace_url: must be an http"):
         build_config({"console": {"trace_url": "javascript:alert(1)//{trace_id}"}}, env={})
 
 
@@ -224,7 +224,7 @@ def test_strict_headers_and_no_inline_script_or_style(serve: Any) -> None:
     for path, kind in (("/", "text/html"), ("/console/console.js", "text/javascript"),
                        ("/console/console.css", "text/css"), ("/v1/sessions", "application/json"),
                        ("/healthz", "application/json")):
-        code, headers, body = http_response("GET", f"http://{o.admin}{path}")
+        code, headers, _body = http_response("GET", f"http://{o.admin}{path}")
         assert code == 200 and headers["Content-Type"].startswith(kind), (path, headers)
         csp = headers["Content-Security-Policy"]
         assert "script-src 'self'" in csp and "style-src 'self'" in csp and "unsafe" not in csp
@@ -325,7 +325,7 @@ def test_no_secret_from_spans_reaches_any_reader(serve: Any) -> None:
     for _ in range(6):
         spans.append(tool_span(f"fetch?api_key={api_key}", trace=2, i=(i := i + 1)))
     # stall quotes node names
-    for k in range(4):
+    for _ in range(4):
         for node in (f"planner token={node_token}", "coder"):
             spans.append(span(f"invoke_agent {node}", {"gen_ai.operation.name": "invoke_agent",
                                                        "gen_ai.agent.name": node,

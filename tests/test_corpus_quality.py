@@ -80,7 +80,8 @@ def test_run_parses_and_labels_are_consistent(run_id: str) -> None:
     missing = [f for f in FIELDS if f not in run]
     assert not missing, f"{run_id}: labels lack {missing}"
     assert run["label"] in ("loop", "healthy")
-    assert DIALECTS.get(run["dialect"]) == run["framework"], f"{run_id}: dialect/framework {run['dialect']}/{run['framework']}"
+    assert DIALECTS.get(run["dialect"]) == run["framework"], \
+        f"{run_id}: dialect/framework {run['dialect']}/{run['framework']}"
     assert run["id"].startswith(run["dialect"] + ".") and run["description"]
     path = CORPUS / run["file"]
     data = path.read_bytes()

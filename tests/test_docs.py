@@ -236,7 +236,7 @@ def test_architecture_module_map_names_every_module() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text[text.index("## Where each concern lives"):text.index("## Adding a detector")]
     missing = []
-    for path in sorted((ROOT / "otelloop").rglob("*.py")) + [ROOT / "otelloop" / "_scan.c"]:
+    for path in [*sorted((ROOT / "otelloop").rglob("*.py")), ROOT / "otelloop" / "_scan.c"]:
         rel = path.relative_to(ROOT).as_posix()
         one_detector = "detectors/" in rel and path.stem not in ("base", "registry", "engine")
         if path.name in ("__init__.py", "__main__.py") or one_detector:

@@ -4,6 +4,7 @@ path while nobody listens, coalesced repeats, bounded per-client buffers and slo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import socket
@@ -63,10 +64,8 @@ class Reader:
         return [d for e, d in list(self.events) if e == kind and (session is None or d["session_id"] == session)]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)  # ends the reading thread's recv; close() alone would not
-        except OSError:
-            pass
         self.conn.close()
 
 

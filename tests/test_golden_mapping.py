@@ -8,7 +8,7 @@ step and the field. The frameworks are needed only to re-record, not here.
 """
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def _expected(name: str) -> list[dict[str, Any]]:
     return json.loads(_paths(name)[1].read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _mapped(name: str) -> list[Any]:
     """otelloop's steps for a fixture (mapped once per fixture, shared by that fixture's tests)."""
     from otelloop.pipeline import map_request
@@ -79,7 +79,7 @@ def test_fixture_maps_to_expected_step_sequence(name: str) -> None:
     assert got == want, (
         f"{name}: otelloop made {len(got)} steps, the mapping rules say {len(want)}\n"
         + "\n".join(f"  {i:02d} expected {w!s:45} got {g}"
-                    for i, (w, g) in enumerate(zip(want + [None] * len(got), got + [None] * len(want)))
+                    for i, (w, g) in enumerate(zip(want + [None] * len(got), got + [None] * len(want), strict=True))
                     if i < max(len(want), len(got)))
     )
 

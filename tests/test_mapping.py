@@ -331,7 +331,8 @@ def test_first_event_carrying_an_attribute_wins() -> None:
     details = "gen_ai.client.inference.operation.details"
     s = span("chat m", {"gen_ai.operation.name": "chat"}, events=[
         _ev(details, **{"gen_ai.input.messages": "[]"}),
-        _ev(details, **{"gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", "content": "a"}]}]'}),
+        _ev(details, **{"gen_ai.output.messages":
+                        '[{"role": "assistant", "parts": [{"type": "text", "content": "a"}]}]'}),
         _ev(details, **{"gen_ai.output.messages": "[]"})])
     step = map_request(request(s))[0]
     assert step.outcome == "success" and step.output_hash is not None
@@ -397,8 +398,8 @@ def test_results_in_message_parts_hash_by_their_result() -> None:
 
 def test_bound_call_arguments_hash_by_their_keyword_arguments() -> None:
     def smolagents(kwargs: dict, args: list | None = None) -> Span:
-        return span("SimpleTool", {"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": json.dumps(
-            {"args": args or [], "sanitize_inputs_outputs": True, "kwargs": kwargs})})
+        payload = json.dumps({"args": args or [], "sanitize_inputs_outputs": True, "kwargs": kwargs})
+        return span("SimpleTool", {"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": payload})
     steps = map_request(request(smolagents({"path": "a.txt"}), tool_span("read_file", args='{"path": "a.txt"}'),
                                 smolagents({"path": "b.txt"}), smolagents({}, ["a.txt"])))
     assert steps[0].args_hash == steps[1].args_hash != steps[2].args_hash
@@ -412,7 +413,8 @@ def test_system_steps_carry_no_usage() -> None:
     agent = one({"gen_ai.operation.name": "invoke_agent", "gen_ai.request.model": "m",
                  "gen_ai.usage.input_tokens": 260, "gen_ai.usage.output_tokens": 35, "gen_ai.usage.cost": 1.0},
                 config=cfg)
-    oi_agent = one({"openinference.span.kind": "AGENT", "llm.token_count.prompt": 620, "llm.token_count.completion": 45})
+    oi_agent = one({"openinference.span.kind": "AGENT", "llm.token_count.prompt": 620,
+                    "llm.token_count.completion": 45})
     chat = one({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 50,
                 "gen_ai.usage.output_tokens": 7}, config=cfg)
     assert (agent.input_tokens, agent.output_tokens, agent.cost_usd) == (0, 0, 0.0)

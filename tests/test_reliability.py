@@ -128,7 +128,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_span(serve: Any, loop: Backgro
 def test_a_second_process_cannot_take_the_same_queue(serve: Any, tmp_path: Path) -> None:
     config = _persistent(free_port(), tmp_path / "queue")
     serve(config)
-    with pytest.raises(AssertionError, match="exited with 1(.|\n)*cannot start: another otelloop process is "
+    with pytest.raises(AssertionError, match=r"exited with 1(.|\n)*cannot start: another otelloop process is "
                                              "using the persistent queue"):
         serve(config)
 
@@ -204,7 +204,7 @@ def test_flapping_and_slow_upstream_deliver_everything(serve: Any, loop: Backgro
     slow = Reply(sleep=1.5)  # past the 1 s deadline: the sink keeps it, otelloop sends it again
     flaps = 0
     try:
-        for cycle in range(8):
+        for _ in range(8):
             sink.replies = [Reply(code=grpc.StatusCode.UNAVAILABLE), slow,
                             Reply(code=grpc.StatusCode.RESOURCE_EXHAUSTED, retry_delay=0.2),
                             Reply(code=grpc.StatusCode.ABORTED)]

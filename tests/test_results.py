@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelloop.mapping.canonical import Canonicalizer
 from otelloop.mapping import results
+from otelloop.mapping.canonical import Canonicalizer
 from otelloop.mapping.results import ACK, BLANK, FAILED, normalise_result, result_flags
 
 

@@ -98,7 +98,7 @@ def _kv(key: bytes, *values: bytes) -> bytes:
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.pb")), ids=lambda p: p.name)
 def test_recorded_requests_read_the_same(path: Path) -> None:
-    resources, spans, _, _ = assert_same(path.read_bytes())
+    _resources, spans, _, _ = assert_same(path.read_bytes())
     assert any(s is not None for s in spans)
 
 
@@ -242,7 +242,7 @@ CASES = {
     "wire type 7": b"\x0f",
     "overlong varint": _field(6, b"\xff" * 10 + b"\x01", 0),
     "ten-byte varint": _field(6, b"\xff" * 9 + b"\x01", 0),
-    "unicode everywhere": _field(5, "ñame ✓ 🙂".encode()) + _field(9, _kv("k".encode(), _s("välue 🙂".encode()))),
+    "unicode everywhere": _field(5, "ñame ✓ 🙂".encode()) + _field(9, _kv(b"k", _s("välue 🙂".encode()))),
     "event attribute repeated: the last wins": _field(11, _field(2, b"gen_ai.choice") + _field(
         3, _kv(b"message", _s(b"first"))) + _field(3, _kv(b"message", _s(b"second")))),
     "first event carrying it wins": _field(11, _field(2, b"gen_ai.choice") + _field(3, _kv(b"id", _s(b"1"))))
@@ -288,7 +288,7 @@ scalars = st.one_of(st.text(max_size=12), st.booleans(), st.integers(-2**63, 2**
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                        st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                       max_leaves=8)
-keys = st.sampled_from(sorted(KEYS)[:40] + ["k", "n", "other", "x.y"])
+keys = st.sampled_from([*sorted(KEYS)[:40], "k", "n", "other", "x.y"])
 
 
 def _any(v: Any) -> AnyValue:
@@ -301,8 +301,8 @@ def _any(v: Any) -> AnyValue:
 
 events_st = st.lists(st.builds(
     lambda name, attrs: Span.Event(name=name, attributes=[KeyValue(key=k, value=_any(v)) for k, v in attrs]),
-    st.sampled_from(EVENT_NAMES + ["exception", "other"]),
-    st.lists(st.tuples(st.sampled_from(EVENT_ATTRS + ["exception.type", "id"]), values), max_size=4)), max_size=4)
+    st.sampled_from([*EVENT_NAMES, "exception", "other"]),
+    st.lists(st.tuples(st.sampled_from([*EVENT_ATTRS, "exception.type", "id"]), values), max_size=4)), max_size=4)
 
 spans_st = st.builds(
     lambda name, attrs, code, msg, exc, events: Span(
@@ -443,7 +443,8 @@ def test_version_names_the_reader_in_use() -> None:
 
 read_values = st.one_of(st.none(), st.text(max_size=4), st.booleans(), st.integers(-3, 3),
                         st.sampled_from([0.0, 2.0, 2.5, -1.0, float("nan"), float("inf")]), st.binary(max_size=2),
-                        st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.text(max_size=2), st.none(), max_size=1),
+                        st.lists(st.integers(0, 2), max_size=2),
+                        st.dictionaries(st.text(max_size=2), st.none(), max_size=1),
                         st.builds(scan.Oversized, st.sampled_from(["string", "bytes", "array", "kvlist"]),
                                   st.builds(memoryview, st.binary(max_size=3))))
 read_keys = st.sampled_from(["a", "b", "c"])
@@ -464,7 +465,7 @@ def test_native_typed_reads_match_the_python_ones(span_attrs: dict, res_attrs: d
     python_errors: list[str] = []
     got = scan._native.resolve(span_attrs, res_attrs, plan, native_errors)
     want = reads.resolve_python(span_attrs, res_attrs, plan, python_errors)
-    assert len(got) == len(want) and all(_same(g, w) and type(g) is type(w) for g, w in zip(got, want))
+    assert len(got) == len(want) and all(_same(g, w) and type(g) is type(w) for g, w in zip(got, want, strict=True))
     assert native_errors == python_errors
 
 
@@ -561,7 +562,8 @@ def test_the_program_leaves_only_what_the_mapper_still_needs() -> None:
 
 
 @pytest.mark.parametrize("span_bytes,kind", [
-    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat"))) + _field(9, _kv(b"gen_ai.operation.name", _s(b"execute_tool"))),
+    (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat")))
+     + _field(9, _kv(b"gen_ai.operation.name", _s(b"execute_tool"))),
      "tool"),
     (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat"), _field(3, b"\x05", 0))), None),  # merged: last is an int
     (_field(9, _kv(b"gen_ai.operation.name", _s(b"chat") + _field(9, b"\x01", 0))), "llm"),  # unknown member ignored

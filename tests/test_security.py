@@ -241,8 +241,9 @@ def test_upstream_over_tls_with_a_private_ca(serve: Any, loop: BackgroundLoop, p
 def test_upstream_with_an_untrusted_certificate_is_not_sent_to(serve: Any, loop: BackgroundLoop, pki: Pki) -> None:
     sink = loop.run(GrpcSink(credentials=pki.grpc_server_credentials()).start())
     try:
+        # system roots: the private CA is unknown
         o = serve({"exporter": {"endpoint": f"grpcs://127.0.0.1:{sink.port}", "retry_initial_interval": "50ms",
-                                "retry_max_interval": "100ms", "shutdown_grace": "1s"}})  # system roots: the private CA is unknown
+                                "retry_max_interval": "100ms", "shutdown_grace": "1s"}})
         assert grpc_export(o.grpc, request(tool_span())) == grpc.StatusCode.OK
         wait_for(lambda: o.metric("otelloop_export_duration_seconds_count", {"outcome": "retryable"}) >= 2,
                  what="handshake failures")

@@ -199,7 +199,7 @@ def test_upstream_down_then_back_loses_nothing_accepted(serve: Any, loop: Backgr
     port = free_port()
     o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{port}", "queue_spans": 500,
                             "retry_initial_interval": "50ms", "retry_max_interval": "200ms", "timeout": "2s"}})
-    accepted, grpc_refusal, (status, headers, body) = _fill_until_refused(o, 50, 1 << 40)
+    accepted, grpc_refusal, (status, headers, _body) = _fill_until_refused(o, 50, 1 << 40)
     assert grpc_refusal.code() == grpc.StatusCode.UNAVAILABLE
     trailers = dict(grpc_refusal.trailing_metadata() or ())
     assert error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"]).retry_delay.seconds >= 1

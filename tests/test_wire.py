@@ -12,7 +12,6 @@ from spans import attrs_of, parse, request, span
 
 from otelloop.otlp import wire
 
-
 values = st.one_of(st.text(max_size=40), st.booleans(), st.integers(-2**63, 2**63 - 1),
                    st.floats(allow_nan=False), st.lists(st.text(max_size=8), max_size=4),
                    st.lists(st.integers(-1000, 1000), max_size=4))

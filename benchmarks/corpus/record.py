@@ -17,6 +17,7 @@ is shorter than ``MIN_LOOP_TAIL`` tool calls fails, and nothing is written for i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -225,10 +226,8 @@ def _versions() -> dict[str, str]:
                 "openai-agents", "openinference-instrumentation-openai-agents", "pydantic-ai-slim",
                 "strands-agents", "smolagents", "openinference-instrumentation-smolagents", "opentelemetry-sdk",
                 "opentelemetry-exporter-otlp-proto-grpc", "grpcio", "protobuf"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
     out["python"] = sys.version.split()[0]
     return out
 

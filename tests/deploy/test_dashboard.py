@@ -65,7 +65,7 @@ def test_layout_and_datasource_variable() -> None:
     cells: set[tuple[int, int]] = set()
     for p in panels(d):
         g = p["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not cells & mine, f"panel {p['title']!r} overlaps another"
         cells |= mine

@@ -106,7 +106,8 @@ def check_crd(doc: dict[str, Any]) -> None:
         for ep in spec[key]:
             assert isinstance(ep["port"], str) and ep["path"] == "/metrics"
             for relabel in ep.get("relabelings", []):
-                assert relabel.get("action", "replace") in ("replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep")
+                assert relabel.get("action", "replace") in ("replace", "keep", "drop", "labelmap", "labeldrop",
+                                                            "labelkeep")
     else:
         raise AssertionError(f"unexpected custom resource {doc['kind']}")
 

@@ -304,7 +304,7 @@ def test_router_is_consistent_and_spreads_traces() -> None:
     assert set(shares) == {0, 1, 2} and min(shares.values()) > 600, shares
     # adding a replica moves only the traces the new one takes over
     bigger = TraceIdRouter(["a:4317", "b:4317", "c:4317", "d:4317"])
-    moved = [(o, bigger.owner(t)) for t, o in zip(ids, owners) if bigger.owner(t) != o]
+    moved = [(o, bigger.owner(t)) for t, o in zip(ids, owners, strict=True) if bigger.owner(t) != o]
     assert all(new == 3 for _, new in moved) and 0 < len(moved) < len(ids) / 2
 
 

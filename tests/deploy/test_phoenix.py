@@ -110,8 +110,8 @@ def test_phoenix_shows_the_findings_on_the_right_spans(summary: dict[str, Any], 
     session = root["trace_id"]
     assert all(c["trace_id"] == session and c["parent_id"] == root["span_id"] for c in calls)
 
-    # the events (seed profile): divergence and the nudge on the 3rd identical call, the stop on the 4th, the entropy LOOP
-    # once the window of 5 holds only the repeated call (5th and 6th)
+    # the events (seed profile): divergence and the nudge on the 3rd identical call, the stop on the 4th, the
+    # entropy LOOP once the window of 5 holds only the repeated call (5th and 6th)
     expected_events = [set(), set(), {"otelloop.divergence_suspected", "otelloop.intervention"},
                        {"otelloop.intervention"}, {"otelloop.entropy_alert"}, {"otelloop.entropy_alert"}]
     assert [{e for e in events(c) if e.startswith("otelloop.")} for c in calls] == expected_events

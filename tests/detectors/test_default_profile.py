@@ -77,8 +77,8 @@ def same_call(s: Session) -> None:
 
 
 def paraphrased_nothing(s: Session) -> None:
-    for i, q in enumerate(["paris weather", "weather in paris", "paris forecast", "forecast paris today",
-                           "paris temperature now", "what is the weather in paris", "paris climate today"]):
+    for q in ["paris weather", "weather in paris", "paris forecast", "forecast paris today",
+             "paris temperature now", "what is the weather in paris", "paris climate today"]:
         s.call("search", {"q": q}, f"No results found for '{q}'.")
 
 
@@ -159,8 +159,12 @@ def refactor_green(s: Session) -> None:
 
 def long_run(s: Session) -> None:
     for i in range(45):
-        [lambda: s.read(f"m{i}.py", f"src {i}"), lambda: s.write(f"m{i}.py", f"new {i}"),
-         lambda: s.call("run_tests", {}, f"{50 - i} passed in 1.{i}s")][i % 3]()
+        if i % 3 == 0:
+            s.read(f"m{i}.py", f"src {i}")
+        elif i % 3 == 1:
+            s.write(f"m{i}.py", f"new {i}")
+        else:
+            s.call("run_tests", {}, f"{50 - i} passed in 1.{i}s")
 
 
 LOOPS: list[tuple[Callable[[Session], None], int, int]] = [

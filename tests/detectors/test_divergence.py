@@ -57,7 +57,7 @@ def test_finding_shape_and_no_vote() -> None:
 def test_dedup_is_per_session() -> None:
     run = SeedRun("divergence")
     steps = [make_step("a", "tool", i, session=sid) for i in range(4) for sid in ("s1", "s2")]
-    fired = [(s.session, i // 2) for i, (s, ctx) in enumerate(zip(steps, run.run(steps))) if ctx.findings]
+    fired = [(s.session, i // 2) for i, (s, ctx) in enumerate(zip(steps, run.run(steps), strict=True)) if ctx.findings]
     assert fired == [("s1", 2), ("s2", 2)]
 
 

@@ -118,7 +118,7 @@ EMA_TABLE = [
 def test_ema_cooldown_and_escalation() -> None:
     run = SeedRun("drift")
     steps = parse(";".join(row[0] for row in EMA_TABLE))
-    for n, (step, (_, ema, event, verdict)) in enumerate(zip(steps, EMA_TABLE), start=1):
+    for n, (step, (_, ema, event, verdict)) in enumerate(zip(steps, EMA_TABLE, strict=True), start=1):
         ctx = run.step(step)
         state: DriftState = run.session().state("drift")
         assert state.ema[0] == pytest.approx(ema), f"step {n}"

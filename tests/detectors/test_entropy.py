@@ -136,7 +136,7 @@ def test_authoritative_overwrite(config: dict, overwrites: dict) -> None:
 
 def test_sessions_are_independent() -> None:
     run = SeedRun("entropy")
-    steps = [s for pair in zip(_steps("AAAAA", "s1"), _steps("ABCDE", "s2")) for s in pair]
+    steps = [s for pair in zip(_steps("AAAAA", "s1"), _steps("ABCDE", "s2"), strict=True) for s in pair]
     ctxs = run.run(steps)
     assert _severities(ctxs[-2:]) == ["loop", "normal"]
 

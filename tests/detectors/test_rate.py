@@ -74,7 +74,7 @@ def test_finding_shapes_and_no_vote() -> None:
 def test_once_per_type_is_per_session() -> None:
     run = SeedRun("rate")
     steps = [make_step(i=i, session=sid, cost_usd=1.0) for i in range(2) for sid in ("s1", "s2")]
-    fired = [s.session for s, ctx in zip(steps, run.run(steps)) if ctx.findings]
+    fired = [s.session for s, ctx in zip(steps, run.run(steps), strict=True) if ctx.findings]
     assert fired == ["s1", "s2"]
 
 

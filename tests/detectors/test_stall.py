@@ -154,7 +154,7 @@ def test_disabled_budgets_do_not_fire() -> None:
 # --- stall signals -----------------------------------------------------------------------------------
 
 H = "stalled"
-O = "oscillating"
+O = "oscillating"  # noqa: E741  (H, O and E spell the signals in the tables below)
 E = "repeated_error"
 
 
@@ -217,7 +217,7 @@ def test_diff_derived_from_writes_inside_the_turn(writes: list[int | None], expe
         if content is not None:
             steps.append(_write(i + 0.1, content))  # a tool step inside the turn, reported before it
         steps.append(make_step("coder", kind="system", i=i))
-    results = [r for r, s in zip(run_halts(steps), steps) if s.kind == "system"]
+    results = [r for r, s in zip(run_halts(steps), steps, strict=True) if s.kind == "system"]
     assert results == expected
 
 

@@ -85,7 +85,8 @@ def counting_sink(loop: BackgroundLoop) -> Iterator[CountingSink]:
 def _request(first: int) -> tuple[bytes, list[bytes]]:
     """Spans of sessions ``first`` .. ``first + SPANS_PER_REQUEST - 1`` (one tool step each), and their ids."""
     spans = [tool_span("search_web", args=f'{{"q": "{n}"}}', trace=10**6 + n, i=1,
-                       attrs={"app.request.payload": PAYLOAD}) for n in range(first, min(first + SPANS_PER_REQUEST, SESSIONS))]
+                       attrs={"app.request.payload": PAYLOAD})
+             for n in range(first, min(first + SPANS_PER_REQUEST, SESSIONS))]
     rs = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])
     rs.resource.attributes.extend(kvs({"service.name": "payload-svc"}))
     return (ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString(), [s.span_id for s in spans])

@@ -1101,7 +1101,7 @@ def multi_agent_healthy_docs(b: HB) -> tuple[str, str]:
     fixes = [("docs/auth.md", "error-codes.md", "errors.md"), ("docs/events.md", "retry.md", "retries.md"),
              ("docs/errors.md", "event.md", "events.md")]
     left = 3
-    for k, (page, bad, good) in enumerate(fixes):
+    for page, bad, good in fixes:
         b.turn(d["read"](contains(bad), doc_path=page), text=f"Reading {page}.")
         b.turn(d["replace"](OK, doc_path=page, find=f"({bad})", replace_with=f"({good})"), text="Fixing the link.")
         b.handoff("editor", f"Fixed the link in {page}; please build.")
@@ -1122,7 +1122,7 @@ def multi_agent_healthy_checks(b: HB) -> tuple[str, str]:
                 "reviewer": "You are the reviewer. Run the checks and report what is left."}
     left = 4
     drop = {"balance": 2, "fmt": 1, "overdue": 1}
-    for k, bug in enumerate(("overdue", "balance", "fmt")):
+    for bug in ("overdue", "balance", "fmt"):
         bad, good = LEDGER_FIXED[bug]
         b.turn(c["view"](contains(bad.strip()), filename="src/ledger.py"), text=f"Reading {bug}.")
         b.turn(c["patch"](OK, filename="src/ledger.py", search=bad, replacement=good), text=f"Fixing {bug}.")
@@ -1228,7 +1228,7 @@ def long_healthy_desk(b: HB) -> tuple[str, str]:
            "google sso", "offline mobile", "webhook retry", "billing email invoice", "seat", "member",
            "export csv", "webhook endpoint"]
     b.turn(d["list"](hits(13), queue="triage"), text="Pulling the triage queue.")
-    for k, (tid, (_, cust, subj, _)) in enumerate(tk.items()):
+    for k, (tid, (_, _cust, subj, _)) in enumerate(tk.items()):
         b.turn(d["get"](contains(subj), ticket_id=tid), text=f"Reading {tid}.")
         b.turn(d["kb"](hits(1), terms=kbq[k]), text="Finding the right article.")
         b.turn(d["reply"](OK, ticket_id=tid, message=f"Thanks for writing in about \"{subj}\". "
@@ -1242,7 +1242,7 @@ def long_healthy_sql(b: HB) -> tuple[str, str]:
     s = sql_tools(b)
     d = doc_tools(b)
     b.options = {"modules": [], "files": {f"{STATE}/warehouse.sql": warehouse_sql(14)}}
-    for k, t in enumerate(EXTRA_TABLES):
+    for t in EXTRA_TABLES:
         b.turn(s["describe"](contains("noted_at"), table=t), text=f"Describing {t}.")
         b.turn(s["sql"](hits(1), query=f"SELECT COUNT(*) AS n, SUM(value IS NULL) AS null_values FROM {t}"),
                text="Profiling it.")
@@ -1488,7 +1488,7 @@ def exploration_healthy_ops(b: HB) -> tuple[str, str]:
     texts = ["Probing the service.", "Pods.", "Describing the crashing pod.", "Its logs.", "Memory usage.",
              "Namespace events.", "What the runbook says.", "Raising the memory limit.", "Applying.",
              "Checking the deployments.", "Probing again."]
-    for call, text in zip(steps, texts):
+    for call, text in zip(steps, texts, strict=True):
         b.turn(call, text=text)
     b.final("ledger-api was OOMKilled loading a 412 MB snapshot with a 256Mi limit; raised it to 768Mi, it is healthy.")
     return "an incident investigated with probes, pods, describe, logs, metrics, events and a runbook, then fixed", \

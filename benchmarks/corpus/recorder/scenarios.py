@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .builder import Builder
+from .drivers import DIALECTS
 from .project import MODULES
 from .script import EMPTY, OK, Scenario, contains, error, failing, hits, status
-from .drivers import DIALECTS
 
 # -- shared workspace content ---------------------------------------------------------------------------
 
@@ -352,7 +352,7 @@ def alternating_healthy(b: Builder, i: int) -> tuple[str, str]:
     if i % 2 == 0:
         files = chapter_files(n)
         b.options = {"files": files}
-        for path, text in files.items():
+        for path in files:
             b.turn(b.call("read", contains("Paragraph 1"), path=path), text="Reading the next chapter.")
             name = path.split("/")[1]
             b.turn(b.call("write", OK, path=f"summaries/{name}",
@@ -402,7 +402,7 @@ def multi_agent_healthy(b: Builder, i: int) -> tuple[str, str]:
     a, r = ROLES[(i + 1) % len(ROLES)]
     names = list(MODULES)
     bugs = [names[(i * 5 + k) % len(names)] for k in range(3)]
-    b.options = {"modules": bugs + ["cart"], "bugs": bugs, "docs": DOCS}
+    b.options = {"modules": [*bugs, "cart"], "bugs": bugs, "docs": DOCS}
     b.agent = a
     b.agents = {a: f"You are the {a}. Fix one module at a time, then ask the {r} to verify.",
                 r: f"You are the {r}. Run the tests and report what is left to the {a}."}
@@ -535,7 +535,7 @@ def retry_loop(b: Builder, i: int) -> tuple[str, str]:
         b.turn(b.call("fetch", error(msg.split(":")[0]), record_id=bad), text="Retrying." if k else f"Fetching {bad}.",
                loop_start=k == 0)
     b.final(f"The service keeps failing for {bad}.")
-    return f"retries a call that fails the same way {n} times", f"Fetch records {', '.join(good + [bad])} and total them."
+    return f"retries a call that fails the same way {n} times", f"Fetch records {', '.join([*good, bad])} and total them."
 
 
 def retry_healthy(b: Builder, i: int) -> tuple[str, str]:
@@ -569,7 +569,7 @@ def rerun_loop(b: Builder, i: int) -> tuple[str, str]:
 def rerun_healthy(b: Builder, i: int) -> tuple[str, str]:
     names = ["inventory", "emails", "pricing", "temps", "retry", "slug"]
     bugs = [names[(i + k) % len(names)] for k in range(2 + i % 2)]
-    b.options = {"modules": bugs + ["cart"], "bugs": bugs}
+    b.options = {"modules": [*bugs, "cart"], "bugs": bugs}
     left = _fail_total(bugs)
     b.turn(_tests_call(b, 1, failing(left)), text="Running the suite.")
     for m in bugs:
@@ -691,7 +691,7 @@ def catalog() -> dict[str, Scenario]:
     out: dict[str, Scenario] = {}
     k = 0
     for cls, gens in CLASSES.items():
-        for label, gen in zip(("loop", "healthy"), gens):
+        for label, gen in zip(("loop", "healthy"), gens, strict=True):
             n = RUNS_PER_KIND + EXTRA.get((cls, label), 0)
             for i in range(n):
                 dialect = DIALECTS[(k + i) % len(DIALECTS)]

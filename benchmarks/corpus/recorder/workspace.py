@@ -23,7 +23,7 @@ from typing import Any
 
 from .project import MODULES
 
-__all__ = ["ToolError", "ToolSpec", "Workspace", "TOOL_KINDS"]
+__all__ = ["TOOL_KINDS", "ToolError", "ToolSpec", "Workspace"]
 
 
 class ToolError(Exception):
@@ -218,7 +218,7 @@ class Workspace:
         return rec["text"], {}
 
 
-_STOP = frozenset("a an the of for to in on and or is are what how does do with by about from at".split())
+_STOP = frozenset("a an the of for to in on and or is are what how does do with by about from at".split())  # noqa: SIM905
 
 
 def _stem(word: str) -> str:

@@ -73,13 +73,13 @@ def run(ctx: RunContext) -> str:
             time.sleep(plan.delay_s)
             t = plan.turn
             calls = [{"name": c.tool, "args": dict(c.args), "id": cid, "type": "tool_call"}
-                     for c, cid in zip(t.calls, plan.call_ids)]
+                     for c, cid in zip(t.calls, plan.call_ids, strict=True)]
             if t.handoff:
                 calls.append({"name": handoff_tool_name(t.handoff), "args": {"reason": t.text},
                               "id": f"call_{plan.index:03d}_h", "type": "tool_call"})
             usage = {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
                      "total_tokens": plan.input_tokens + plan.output_tokens}
-            msg = AIMessage(content=t.text if (t.final or not calls) else t.text, tool_calls=calls,
+            msg = AIMessage(content=t.text, tool_calls=calls,
                             usage_metadata=usage,
                             response_metadata={"model_name": self.model_name,
                                                "finish_reason": "tool_calls" if calls else "stop"})

@@ -56,7 +56,7 @@ def run(ctx: RunContext) -> str:
                     items.append(ResponseOutputMessage(
                         id=f"msg_{plan.index:03d}", type="message", role="assistant", status="completed",
                         content=[ResponseOutputText(type="output_text", text=t.text, annotations=[])]))
-                calls = [(c.tool, json.dumps(c.args), cid) for c, cid in zip(t.calls, plan.call_ids)]
+                calls = [(c.tool, json.dumps(c.args), cid) for c, cid in zip(t.calls, plan.call_ids, strict=True)]
                 if t.handoff:
                     handoff = next(h for h in handoffs if h.agent_name == t.handoff)
                     calls.append((handoff.tool_name, json.dumps({}), f"call_{plan.index:03d}_h"))

@@ -45,7 +45,7 @@ def run(ctx: RunContext) -> str:
             await asyncio.sleep(plan.delay_s)
             t = plan.turn
             parts: list[Any] = [ToolCallPart(c.tool, dict(c.args), tool_call_id=cid)
-                                for c, cid in zip(t.calls, plan.call_ids)]
+                                for c, cid in zip(t.calls, plan.call_ids, strict=True)]
             if not parts:
                 parts = [TextPart(t.text)]
             return ModelResponse(parts=parts, usage=RequestUsage(input_tokens=plan.input_tokens,

@@ -38,7 +38,7 @@ def _serve(ctx: RunContext) -> ThreadingHTTPServer:
         plan = brain.take(path.split("/")[1])
         time.sleep(plan.delay_s)
         t = plan.turn
-        calls = [tool_call(cid, c.tool, c.args) for c, cid in zip(t.calls, plan.call_ids)]
+        calls = [tool_call(cid, c.tool, c.args) for c, cid in zip(t.calls, plan.call_ids, strict=True)]
         if not calls:  # a smolagents agent answers through its final_answer tool
             calls = [tool_call(f"call_{plan.index:03d}_f", "final_answer", {"answer": t.text})]
             ctx.note("final_answer", {"answer": t.text}, t.text)

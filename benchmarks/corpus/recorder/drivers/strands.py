@@ -69,7 +69,7 @@ def run(ctx: RunContext) -> str:
                 yield {"contentBlockStart": {"start": {}}}
                 yield {"contentBlockDelta": {"delta": {"text": t.text}}}
                 yield {"contentBlockStop": {}}
-            uses = [(c.tool, dict(c.args), cid) for c, cid in zip(t.calls, plan.call_ids)]
+            uses = [(c.tool, dict(c.args), cid) for c, cid in zip(t.calls, plan.call_ids, strict=True)]
             if t.handoff:
                 args = {"agent_name": t.handoff, "message": t.text}
                 uses.append(("handoff_to_agent", args, f"tooluse_{plan.index:03d}_h"))
