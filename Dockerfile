@@ -49,6 +49,11 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 WORKDIR /
 USER 10001:10001
 
+# otelloop listens on localhost by default; in a container the ports must be reachable from outside, so
+# the listeners' default host is the wildcard here, whatever `serve` command the container is given
+# (a configuration file or flag that names an endpoint still wins).
+ENV OTELLOOP_LISTEN_HOST=0.0.0.0
+
 # OTLP/gRPC, OTLP/HTTP, admin (/metrics, /healthz, /readyz, /v1/sessions)
 EXPOSE 4317 4318 9464
 

@@ -41,10 +41,10 @@ def main() -> None:
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
 @click.option("--upstream", help="Forward to grpc://host:port, host:port, grpcs://…, or http(s)://host:port[/path].")
-@click.option("--grpc-endpoint", help="OTLP/gRPC listen address (default 0.0.0.0:4317; port 0 picks one).")
-@click.option("--http-endpoint", help="OTLP/HTTP listen address (default 0.0.0.0:4318).")
+@click.option("--grpc-endpoint", help="OTLP/gRPC listen address (default localhost:4317; port 0 picks one).")
+@click.option("--http-endpoint", help="OTLP/HTTP listen address (default localhost:4318).")
 @click.option("--admin-endpoint", help="Admin listen address for /metrics, /healthz, /readyz, /v1/sessions "
-                                       "(default 0.0.0.0:9464).")
+                                       "(default localhost:9464).")
 @click.option("--group-by", type=click.Choice(["trace", "session"]), help="Group steps into sessions by trace or "
                                                                            "by session attribute.")
 @click.option("--ready-file", type=click.Path(dir_okay=False), help="Write the bound addresses here as JSON "

@@ -77,19 +77,24 @@ class GrpcEndpointConfig(EndpointConfig):
     """The OTLP/gRPC listener (``TraceService/Export``).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Loopback by default, like the
+            OpenTelemetry Collector; set ``0.0.0.0:4317`` where other hosts or pods must reach it (the
+            variable ``OTELLOOP_LISTEN_HOST`` replaces ``localhost`` in all three listeners' defaults).
+            Default: ``localhost:4317``.
         max_request_mib: request size limit after decompression, in MiB; a larger request gets
             ``RESOURCE_EXHAUSTED``.
     """
 
-    endpoint: HostPort = "0.0.0.0:4317"
+    endpoint: HostPort = "localhost:4317"
 
 
 class HttpEndpointConfig(EndpointConfig):
     """The OTLP/HTTP listener (``POST /v1/traces``, protobuf or JSON, optionally gzip).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4318``.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Loopback by default, like the
+            OpenTelemetry Collector; set ``0.0.0.0:4318`` where other hosts or pods must reach it.
+            Default: ``localhost:4318``.
         max_request_mib: request size limit after decompression, in MiB (HTTP 413 beyond it; gzip bodies
             are cut off at the limit, never inflated whole; a body of several gzip members counts as
             their contents together). Default: 64.
@@ -100,7 +105,7 @@ class HttpEndpointConfig(EndpointConfig):
             408 and its connection closed (counted in ``otelloop_requests_aborted_total``). Default: 60s.
     """
 
-    endpoint: HostPort = "0.0.0.0:4318"
+    endpoint: HostPort = "localhost:4318"
     read_header_timeout: PositiveDuration = 30.0
     read_body_timeout: PositiveDuration = 60.0
 
@@ -234,7 +239,8 @@ class AdminConfig(_Section):
     the console. See docs/console.md for who may read what.
 
     Attributes:
-        endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
+        endpoint: ``host:port``; loopback by default (set ``0.0.0.0:9464`` for probes and scraping from
+            outside the host or pod). Default: ``localhost:9464``.
         token: the admin token. When set, every read of session data (``/v1/sessions``, one session,
             ``/v1/alerts``, ``/v1/events``) and pause/resume need it as ``Authorization: Bearer``; the
             console asks for it once per browser tab. Default: null.
@@ -262,7 +268,7 @@ class AdminConfig(_Section):
             falls this far behind is disconnected (it reconnects and reloads). Default: 1024.
     """
 
-    endpoint: HostPort = "0.0.0.0:9464"
+    endpoint: HostPort = "localhost:9464"
     token: str | None = None
     token_file: str | None = None
     token_env: str | None = None
@@ -855,6 +861,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
                 env: Mapping[str, str] | None = None) -> Config:
     """Read ``path`` (if any), apply ``overrides`` (dotted keys from flags) and env, and validate."""
     raw = load_yaml(path) if path else {}
+    raw = apply_listen_host(raw, os.environ if env is None else env)
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
@@ -866,6 +873,33 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
             node = child
         node[leaf] = value
     return build_config(raw, os.environ if env is None else env)
+
+
+#: Environment variable that replaces ``localhost`` in the listeners' default endpoints.
+LISTEN_HOST_ENV = "OTELLOOP_LISTEN_HOST"
+#: The listeners' configuration paths and default ports.
+_LISTENERS = ((("receiver", "grpc"), 4317), (("receiver", "http"), 4318), (("admin",), 9464))
+
+
+def apply_listen_host(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Listen on ``$OTELLOOP_LISTEN_HOST`` instead of ``localhost`` where the file names no endpoint.
+
+    The listeners are loopback-only by default (like the OpenTelemetry Collector's receivers); a
+    container image must listen on every interface whatever command it is given, so it sets this
+    variable once instead of every ``serve`` invocation repeating three flags. Files and flags still win.
+    """
+    host = env.get(LISTEN_HOST_ENV, "").strip()
+    if not host:
+        return raw
+    for keys, port in _LISTENERS:
+        node: Any = raw
+        for key in keys:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(key, {}) if node.get(key) is None else node[key]
+        if isinstance(node, dict) and "endpoint" not in node:
+            node["endpoint"] = f"{host}:{port}"
+    return raw
 
 
 # ---------------------------------------------------------------------------------------------------

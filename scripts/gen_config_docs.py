@@ -47,6 +47,10 @@ ENVIRONMENT: tuple[tuple[tuple[str, ...], str], ...] = (
     (("OTELLOOP_LOG_LEVEL",),
      "Log level of `otelloop serve`: `DEBUG`, `INFO` (the default), `WARNING` or `ERROR`. Logs go to "
      "stderr and never contain tokens or header values."),
+    (("OTELLOOP_LISTEN_HOST",),
+     "Replaces `localhost` in the default endpoints of the three listeners (`receiver.grpc.endpoint`, "
+     "`receiver.http.endpoint`, `admin.endpoint`) where the file and the flags name none; the container "
+     "image sets `0.0.0.0`."),
     (("OTELLOOP_PURE_PYTHON",),
      "`1` makes otelloop use the pure-Python request reader even where the native one is installed "
      "(same results, several times the CPU per span; for comparison). `otelloop --version` names the "
