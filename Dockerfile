@@ -23,6 +23,10 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
+# The build context has no .git: pass the commit (docker build --build-arg OTELLOOP_BUILD_COMMIT=$(git
+# rev-parse HEAD) .) for `otelloop --version` and otelloop_build_info to name it.
+ARG OTELLOOP_BUILD_COMMIT=""
+
 # Only what the package build needs (see .dockerignore).
 WORKDIR /src
 COPY . .

@@ -10,10 +10,10 @@ from typing import Any
 import click
 import yaml
 
-from otelloop import __version__
 from otelloop.config import ConfigError, check_files, effective_config, load_config
 from otelloop.model import VERDICT_RANK
 from otelloop.otlp import scan
+from otelloop.version import full_version
 
 
 def _load(path: str | None, overrides: dict[str, Any], files: bool = False):  # type: ignore[no-untyped-def]
@@ -32,7 +32,7 @@ def _load(path: str | None, overrides: dict[str, Any], files: bool = False):  # 
 
 
 @click.group()
-@click.version_option(__version__, prog_name="otelloop", message=(
+@click.version_option(full_version(), prog_name="otelloop", message=(
     f"%(prog)s %(version)s ({'native' if scan.NATIVE else 'pure-Python'} request reader)"))
 def main() -> None:
     """otelloop: tells when AI agents are stuck in loops, from their OpenTelemetry spans."""
