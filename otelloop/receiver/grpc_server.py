@@ -145,5 +145,5 @@ def check_bindable(endpoint: str, name: str) -> None:
                 errors.append(e)
     busy = [e for e in errors if e.errno == errno.EADDRINUSE]
     if busy or (errors and len(errors) == len(infos)):
-        e = (busy or errors)[0]
-        raise OSError(e.errno, f"cannot listen for {name} on {endpoint}: {os.strerror(e.errno or 0)}")
+        first = (busy or errors)[0]
+        raise OSError(first.errno, f"cannot listen for {name} on {endpoint}: {os.strerror(first.errno or 0)}")
