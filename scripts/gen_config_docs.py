@@ -51,6 +51,11 @@ ENVIRONMENT: tuple[tuple[tuple[str, ...], str], ...] = (
      "Replaces `localhost` in the default endpoints of the three listeners (`receiver.grpc.endpoint`, "
      "`receiver.http.endpoint`, `admin.endpoint`) where the file and the flags name none; the container "
      "image sets `0.0.0.0`."),
+    (("OTELLOOP_BUILD_COMMIT",),
+     "Read when otelloop's package is built, not at run time: the git commit to record in it (for a "
+     "build without `.git`, such as the container image's `--build-arg OTELLOOP_BUILD_COMMIT=…`); "
+     "otherwise the checkout's HEAD is recorded. `otelloop --version`, `otelloop_build_info{version}` "
+     "and the startup log show it as `0.1.0+g<commit>`; run from a git checkout, otelloop asks git."),
     (("OTELLOOP_PURE_PYTHON",),
      "`1` makes otelloop use the pure-Python request reader even where the native one is installed "
      "(same results, several times the CPU per span; for comparison). `otelloop --version` names the "
