@@ -7,11 +7,12 @@ Precedence: command-line flags > the YAML file > ``OTEL_EXPORTER_OTLP_TRACES_*``
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -290,7 +291,8 @@ class ConsoleConfig(_Section):
             Default: true.
         trace_url: link from a session to its trace in your trace viewer: a URL with ``{trace_id}``
             (32 hex digits) and/or ``{session_id}`` in it, e.g. ``http://jaeger:16686/trace/{trace_id}``
-            (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); null shows no link.
+            (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); any other ``{name}`` is
+            an error, with the nearest valid placeholder suggested; null shows no link.
             Default: null.
     """
 
@@ -302,7 +304,25 @@ class ConsoleConfig(_Section):
     def _check_trace_url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"https?://[^\s]+$", v):
             raise ValueError("must be an http:// or https:// URL")
+        if v is not None:
+            check_placeholders(v, TRACE_URL_PLACEHOLDERS)
         return v
+
+
+#: What the console replaces in ``console.trace_url``.
+TRACE_URL_PLACEHOLDERS = ("trace_id", "session_id")
+
+
+def check_placeholders(template: str, known: Iterable[str]) -> None:
+    """Raise ValueError naming each ``{name}`` in ``template`` that is not one of ``known``: a misspelt
+    placeholder (``{traceid}``) would otherwise stay in every link, silently, and every link would 404."""
+    known = tuple(known)
+    unknown = [name for name in re.findall(r"\{([^{}]*)\}", template) if name not in known]
+    if unknown:
+        hints = [f"{{{name}}}" + (f" (did you mean {{{guess}}}?)" if (guess := nearest_key(name, known)) else "")
+                 for name in unknown]
+        raise ValueError(f"unknown placeholder {', '.join(hints)}; known: "
+                         f"{', '.join('{' + k + '}' for k in known)}")
 
 
 class StateConfig(_Section):
@@ -531,6 +551,28 @@ def _field_schema(model: type[BaseModel], loc: tuple[Any, ...]) -> dict[str, Any
     return node
 
 
+def nearest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key a misspelt ``key`` most likely meant: one it abbreviates (``input`` →
+    ``input_per_mtok``) or one a few edits away (``windw`` → ``window``); None when nothing is close."""
+    known = sorted(known)
+    lowered = key.lower().replace("-", "_")
+    starts = [k for k in known if k.startswith(lowered) or lowered.startswith(k)]
+    if len(starts) == 1:
+        return starts[0]
+    close = difflib.get_close_matches(lowered, known, n=1, cutoff=0.6)
+    return close[0] if close else (starts[0] if starts else None)
+
+
+def did_you_mean(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """`` (did you mean input_per_mtok?)`` for an unknown key at ``loc``, or '' when no key is close."""
+    if not loc or not isinstance(loc[-1], str):
+        return ""
+    parent = _field_schema(model, loc[:-1])
+    known = (parent or {}).get("properties", {})
+    guess = nearest_key(loc[-1], known)
+    return f" (did you mean {guess}?)" if guess else ""
+
+
 def _describe(schema: dict[str, Any]) -> str | None:
     """``{"type": "integer", "minimum": 1}`` → ``"an integer >= 1"``."""
     if "anyOf" in schema:
@@ -569,7 +611,7 @@ def _format_errors(model: type[BaseModel], err: ValidationError, prefix: tuple[A
         loc = tuple(e["loc"])
         path = ".".join(str(p) for p in prefix + loc) or "(top level)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"{path}: unknown key")
+            lines.append(f"{path}: unknown key{did_you_mean(model, loc)}")
             continue
         if e["type"] in ("value_error", "assertion_error"):
             reason = str(e.get("ctx", {}).get("error", e["msg"]))

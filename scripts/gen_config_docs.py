@@ -360,7 +360,7 @@ Generated from the configuration models by `scripts/gen_config_docs.py`; do not 
 One YAML file holds every setting (`otelloop serve --config FILE`). Command-line flags override it; the
 standard `OTEL_EXPORTER_OTLP_TRACES_*` and `OTEL_EXPORTER_OTLP_*` variables configure the upstream where
 the file and the flags are silent (see [Environment variables](#environment-variables)). Every key is
-optional unless marked **required**; an unknown key is an error. Durations are written `500ms`, `30s`,
+optional unless marked **required**; an unknown key is an error (the message names the nearest valid key). Durations are written `500ms`, `30s`,
 `10m`, `1h` or as a number of seconds; sizes in MiB may be fractional. `otelloop check-config FILE`
 validates a file and prints the configuration in force, or every error with its key path.
 `kill -HUP` re-reads the file: an invalid one is rejected whole and the settings in force stay; a valid
