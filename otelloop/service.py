@@ -22,6 +22,7 @@ from aiohttp import web
 
 from otelloop import bounds
 from otelloop.admin import AdminAPI
+from otelloop.alertlog import AlertLog
 from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.events import EventHub
 from otelloop.model import Finding, Step
@@ -123,6 +124,7 @@ class Service:
 
             self.exporter = build_exporter(cfg.exporter, self.metrics)
             await self.exporter.start()
+            self.pipeline.finding_sinks.append(AlertLog(log))
         else:
             self.pipeline.finding_sinks.append(print_finding)
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
