@@ -57,7 +57,7 @@ def serve(config_path: str | None, upstream: str | None, grpc_endpoint: str | No
     """Run the service: receive OTLP, detect loops, forward enriched spans.
 
     Listens on localhost unless told otherwise (set 0.0.0.0 where other hosts must reach it, or
-    OTELLOOP_LISTEN_HOST for all three listeners). Runs until SIGTERM or SIGINT; SIGHUP reloads FILE.
+    OTELLOOP_LISTEN_HOST for all three listeners). Runs until SIGTERM or SIGINT; SIGHUP reloads the --config file.
 
     \b
     Exit codes:
