@@ -23,6 +23,10 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
+# The build context has no .git: pass the commit (docker build --build-arg OTELLOOP_BUILD_COMMIT=$(git
+# rev-parse HEAD) .) for `otelloop --version` and otelloop_build_info to name it.
+ARG OTELLOOP_BUILD_COMMIT=""
+
 # Only what the package build needs (see .dockerignore).
 WORKDIR /src
 COPY . .
@@ -48,6 +52,11 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 
 WORKDIR /
 USER 10001:10001
+
+# otelloop listens on localhost by default; in a container the ports must be reachable from outside, so
+# the listeners' default host is the wildcard here, whatever `serve` command the container is given
+# (a configuration file or flag that names an endpoint still wins).
+ENV OTELLOOP_LISTEN_HOST=0.0.0.0
 
 # OTLP/gRPC, OTLP/HTTP, admin (/metrics, /healthz, /readyz, /v1/sessions)
 EXPOSE 4317 4318 9464

@@ -74,8 +74,34 @@ def current_trace_id() -> int | None:
     return ctx.trace_id if ctx.is_valid else None
 
 
+def flush_spans(flush: object, timeout: float) -> str:
+    """Export the spans the SDK still holds before asking for the verdict; '' or what went wrong.
+
+    With the SDK's default ``BatchSpanProcessor`` the last steps' spans wait in memory for up to 5 s
+    (``OTEL_BSP_SCHEDULE_DELAY``) before they are exported, so otelloop has not seen them yet and the
+    first checks of a session answer "unknown session". ``flush`` is True for the global tracer provider,
+    or the provider (anything with ``force_flush(timeout_millis)``) to flush.
+    """
+    provider = flush
+    if flush is True:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            return "no OpenTelemetry SDK to flush"
+        provider = trace.get_tracer_provider()
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is None:
+        return "the tracer provider cannot be flushed (no SDK TracerProvider configured)"
+    try:
+        done = force_flush(timeout_millis=int(timeout * 1000))
+    except Exception as e:  # a guard must never raise into the agent
+        return f"flush failed: {e!r}"
+    return "" if done is not False else f"flush did not finish within {timeout}s"
+
+
 def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int | str | None = None,
-                  timeout: float = 0.5, token: str | None = None) -> Verdict:
+                  timeout: float = 0.5, token: str | None = None, flush: object = False,
+                  flush_timeout: float = 2.0) -> Verdict:
     """Ask otelloop for the verdict of a session; ``continue`` whenever it cannot tell.
 
     Args:
@@ -88,6 +114,10 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
         timeout: seconds allowed for connecting and for each read; keep it short, agents wait on it.
         token: otelloop's agent token (``admin.agent_token``) when it has one, or the bearer token a proxy
             in front of otelloop requires.
+        flush: True to flush the global OpenTelemetry tracer provider first (or the provider to flush),
+            so that otelloop has seen this session's latest spans when it answers; see
+            :func:`flush_spans`. A flush that fails or times out still asks, and says so in ``reason``.
+        flush_timeout: seconds the flush may take.
     """
     try:
         sid = _session(session_id, trace_id)
@@ -95,6 +125,14 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
         return Verdict(reason=f"otelloop verdict not checked: {e}")
     if sid is None:
         return Verdict(reason="otelloop verdict not checked: no session id and no current trace")
+    flushed = flush_spans(flush, flush_timeout) if flush is not False else ""
+    verdict = _ask(base_url, sid, timeout, token)
+    if flushed:
+        return Verdict(verdict.verdict, f"{verdict.reason} ({flushed})".lstrip(), verdict.message)
+    return verdict
+
+
+def _ask(base_url: str, sid: str, timeout: float, token: str | None) -> Verdict:
     url = f"{base_url.rstrip('/')}/v1/sessions/{quote(sid, safe='')}/verdict"
     headers = {"Accept": "application/json"}
     if token:
@@ -114,7 +152,8 @@ def check_verdict(base_url: str, *, session_id: str | None = None, trace_id: int
 
 
 async def acheck_verdict(base_url: str, *, session_id: str | None = None, trace_id: int | str | None = None,
-                         timeout: float = 0.5, token: str | None = None) -> Verdict:
+                         timeout: float = 0.5, token: str | None = None, flush: object = False,
+                         flush_timeout: float = 2.0) -> Verdict:
     """:func:`check_verdict` for async agents: runs in a worker thread so the event loop never blocks.
 
     The current trace id is resolved here, in the caller's context, before the hop to the thread.
@@ -124,7 +163,7 @@ async def acheck_verdict(base_url: str, *, session_id: str | None = None, trace_
         if trace_id is None:
             return Verdict(reason="otelloop verdict not checked: no session id and no current trace")
     return await asyncio.to_thread(check_verdict, base_url, session_id=session_id, trace_id=trace_id,
-                                   timeout=timeout, token=token)
+                                   timeout=timeout, token=token, flush=flush, flush_timeout=flush_timeout)
 
 
 def _session(session_id: str | None, trace_id: int | str | None) -> str | None:

@@ -7,11 +7,12 @@ Precedence: command-line flags > the YAML file > ``OTEL_EXPORTER_OTLP_TRACES_*``
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -104,19 +105,24 @@ class GrpcEndpointConfig(EndpointConfig):
     """The OTLP/gRPC listener (``TraceService/Export``).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Loopback by default, like the
+            OpenTelemetry Collector; set ``0.0.0.0:4317`` where other hosts or pods must reach it (the
+            variable ``OTELLOOP_LISTEN_HOST`` replaces ``localhost`` in all three listeners' defaults).
+            Default: ``localhost:4317``.
         max_request_mib: request size limit after decompression, in MiB; a larger request gets
             ``RESOURCE_EXHAUSTED``.
     """
 
-    endpoint: HostPort = "0.0.0.0:4317"
+    endpoint: HostPort = "localhost:4317"
 
 
 class HttpEndpointConfig(EndpointConfig):
     """The OTLP/HTTP listener (``POST /v1/traces``, protobuf or JSON, optionally gzip).
 
     Attributes:
-        endpoint: ``host:port`` to listen on; port 0 picks a free port. Default: ``0.0.0.0:4318``.
+        endpoint: ``host:port`` to listen on; port 0 picks a free port. Loopback by default, like the
+            OpenTelemetry Collector; set ``0.0.0.0:4318`` where other hosts or pods must reach it.
+            Default: ``localhost:4318``.
         max_request_mib: request size limit after decompression, in MiB (HTTP 413 beyond it; gzip bodies
             are cut off at the limit, never inflated whole; a body of several gzip members counts as
             their contents together). Default: 64.
@@ -127,7 +133,7 @@ class HttpEndpointConfig(EndpointConfig):
             408 and its connection closed (counted in ``otelloop_requests_aborted_total``). Default: 60s.
     """
 
-    endpoint: HostPort = "0.0.0.0:4318"
+    endpoint: HostPort = "localhost:4318"
     read_header_timeout: PositiveDuration = 30.0
     read_body_timeout: PositiveDuration = 60.0
 
@@ -261,7 +267,8 @@ class AdminConfig(_Section):
     the console. See docs/console.md for who may read what.
 
     Attributes:
-        endpoint: ``host:port``. Default: ``0.0.0.0:9464``.
+        endpoint: ``host:port``; loopback by default (set ``0.0.0.0:9464`` for probes and scraping from
+            outside the host or pod). Default: ``localhost:9464``.
         token: the admin token. When set, every read of session data (``/v1/sessions``, one session,
             ``/v1/alerts``, ``/v1/events``) and pause/resume need it as ``Authorization: Bearer``; the
             console asks for it once per browser tab. Default: null.
@@ -297,7 +304,7 @@ class AdminConfig(_Section):
             Default: 2.
     """
 
-    endpoint: HostPort = "0.0.0.0:9464"
+    endpoint: HostPort = "localhost:9464"
     token: Annotated[str | None, SECRET] = None
     token_file: str | None = None
     token_env: str | None = None
@@ -321,7 +328,8 @@ class ConsoleConfig(_Section):
             Default: true.
         trace_url: link from a session to its trace in your trace viewer: a URL with ``{trace_id}``
             (32 hex digits) and/or ``{session_id}`` in it, e.g. ``http://jaeger:16686/trace/{trace_id}``
-            (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); null shows no link.
+            (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); any other ``{name}`` is
+            an error, with the nearest valid placeholder suggested; null shows no link.
             Default: null.
     """
 
@@ -333,7 +341,25 @@ class ConsoleConfig(_Section):
     def _check_trace_url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"https?://[^\s]+$", v):
             raise ValueError("must be an http:// or https:// URL")
+        if v is not None:
+            check_placeholders(v, TRACE_URL_PLACEHOLDERS)
         return v
+
+
+#: What the console replaces in ``console.trace_url``.
+TRACE_URL_PLACEHOLDERS = ("trace_id", "session_id")
+
+
+def check_placeholders(template: str, known: Iterable[str]) -> None:
+    """Raise ValueError naming each ``{name}`` in ``template`` that is not one of ``known``: a misspelt
+    placeholder (``{traceid}``) would otherwise stay in every link, silently, and every link would 404."""
+    known = tuple(known)
+    unknown = [name for name in re.findall(r"\{([^{}]*)\}", template) if name not in known]
+    if unknown:
+        hints = [f"{{{name}}}" + (f" (did you mean {{{guess}}}?)" if (guess := nearest_key(name, known)) else "")
+                 for name in unknown]
+        raise ValueError(f"unknown placeholder {', '.join(hints)}; known: "
+                         f"{', '.join('{' + k + '}' for k in known)}")
 
 
 class StateConfig(_Section):
@@ -566,6 +592,28 @@ def _field_schema(model: type[BaseModel], loc: tuple[Any, ...]) -> dict[str, Any
     return node
 
 
+def nearest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key a misspelt ``key`` most likely meant: one it abbreviates (``input`` →
+    ``input_per_mtok``) or one a few edits away (``windw`` → ``window``); None when nothing is close."""
+    known = sorted(known)
+    lowered = key.lower().replace("-", "_")
+    starts = [k for k in known if k.startswith(lowered) or lowered.startswith(k)]
+    if len(starts) == 1:
+        return starts[0]
+    close = difflib.get_close_matches(lowered, known, n=1, cutoff=0.6)
+    return close[0] if close else (starts[0] if starts else None)
+
+
+def did_you_mean(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """`` (did you mean input_per_mtok?)`` for an unknown key at ``loc``, or '' when no key is close."""
+    if not loc or not isinstance(loc[-1], str):
+        return ""
+    parent = _field_schema(model, loc[:-1])
+    known = (parent or {}).get("properties", {})
+    guess = nearest_key(loc[-1], known)
+    return f" (did you mean {guess}?)" if guess else ""
+
+
 def _describe(schema: dict[str, Any]) -> str | None:
     """``{"type": "integer", "minimum": 1}`` → ``"an integer >= 1"``."""
     if "anyOf" in schema:
@@ -604,7 +652,7 @@ def _format_errors(model: type[BaseModel], err: ValidationError, prefix: tuple[A
         loc = tuple(e["loc"])
         path = ".".join(str(p) for p in prefix + loc) or "(top level)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"{path}: unknown key")
+            lines.append(f"{path}: unknown key{did_you_mean(model, loc)}")
             continue
         got = f"got {MASK} (not shown: a secret)" if _is_secret_path(model, loc) else f"got {_json(e.get('input'))}"
         if e["type"] in ("value_error", "assertion_error"):
@@ -979,6 +1027,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
                 env: Mapping[str, str] | None = None) -> Config:
     """Read ``path`` (if any), apply ``overrides`` (dotted keys from flags) and env, and validate."""
     raw = load_yaml(path) if path else {}
+    raw = apply_listen_host(raw, os.environ if env is None else env)
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
@@ -990,6 +1039,33 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
             node = child
         node[leaf] = value
     return build_config(raw, os.environ if env is None else env)
+
+
+#: Environment variable that replaces ``localhost`` in the listeners' default endpoints.
+LISTEN_HOST_ENV = "OTELLOOP_LISTEN_HOST"
+#: The listeners' configuration paths and default ports.
+_LISTENERS = ((("receiver", "grpc"), 4317), (("receiver", "http"), 4318), (("admin",), 9464))
+
+
+def apply_listen_host(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Listen on ``$OTELLOOP_LISTEN_HOST`` instead of ``localhost`` where the file names no endpoint.
+
+    The listeners are loopback-only by default (like the OpenTelemetry Collector's receivers); a
+    container image must listen on every interface whatever command it is given, so it sets this
+    variable once instead of every ``serve`` invocation repeating three flags. Files and flags still win.
+    """
+    host = env.get(LISTEN_HOST_ENV, "").strip()
+    if not host:
+        return raw
+    for keys, port in _LISTENERS:
+        node: Any = raw
+        for key in keys:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(key, {}) if node.get(key) is None else node[key]
+        if isinstance(node, dict) and "endpoint" not in node:
+            node["endpoint"] = f"{host}:{port}"
+    return raw
 
 
 # ---------------------------------------------------------------------------------------------------

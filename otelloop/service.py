@@ -22,6 +22,7 @@ from aiohttp import web
 
 from otelloop import bounds
 from otelloop.admin import AdminAPI
+from otelloop.alertlog import AlertLog
 from otelloop.config import Config, ConfigError, load_config, split_host_port
 from otelloop.events import EventHub
 from otelloop.logs import EscapingFormatter, escape
@@ -32,6 +33,7 @@ from otelloop.receiver.http_server import HttpReceiver
 from otelloop.receiver.ingest import BearerAuth, Ingest
 from otelloop.redact import redact
 from otelloop.resources import Accounting, MemoryGuard, limit_arenas, rss_bytes
+from otelloop.startup import probe_upstream, startup_lines
 from otelloop.state import NAME_CHARS
 from otelloop.telemetry import Metrics
 
@@ -118,6 +120,10 @@ class Service:
 
     async def start(self) -> None:
         cfg = self.config
+        probe = None
+        if cfg.exporter.endpoint:
+            probe = asyncio.create_task(probe_upstream(cfg.exporter.endpoint, cfg.exporter.protocol))
+            self._tasks.append(probe)  # type: ignore[arg-type]
         if cfg.exporter.endpoint:
             from otelloop.export import build_exporter
 
@@ -125,9 +131,9 @@ class Service:
             await self.exporter.start()
             exporter = self.exporter
             self.memory.in_flight.queued = lambda: exporter.memory_bytes  # held for requests in flight
+            self.pipeline.finding_sinks.append(AlertLog(log))
         else:
             self.pipeline.finding_sinks.append(print_finding)
-            log.info("no upstream configured: detect-only mode, findings are printed to stderr")
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
         self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded,
                              self.memory.in_flight)
@@ -139,7 +145,8 @@ class Service:
         self.addresses["grpc"] = _address(cfg.receiver.grpc.endpoint, self.grpc.port)
         http = HttpReceiver(self.ingest, int(cfg.receiver.http.max_request_mib * (1 << 20)), auth,
                             cfg.receiver.http.read_body_timeout)
-        self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True)
+        self.addresses["http"] = await self._serve(http.app, cfg.receiver.http.endpoint, client_certs=True,
+                                                   name="OTLP/HTTP")
         self.events = EventHub(self.pipeline, self.metrics, cfg.admin.max_event_clients,
                                cfg.admin.event_buffer_kib * 1024, cfg.admin.event_rate_kib * 1024)
         admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only,
@@ -148,20 +155,20 @@ class Service:
                          max_concurrent_lists=cfg.admin.max_concurrent_lists)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
                                                     client_certs=cfg.admin.require_client_cert,
-                                                    cancel_on_disconnect=True)
+                                                    cancel_on_disconnect=True, name="the admin API")
         self.memory.accounting = self._accounting()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         self._ready = True
-        log.info("otelloop ready: OTLP/gRPC on %s, OTLP/HTTP on %s, admin on %s%s", self.addresses["grpc"],
-                 self.addresses["http"], self.addresses["admin"],
-                 "" if self.exporter is None else f", forwarding to {cfg.exporter.endpoint}")
+        answer = await probe if probe is not None else None
+        for warning, line in startup_lines(cfg, self.config_path, self.addresses, answer):
+            log.log(logging.WARNING if warning else logging.INFO, "%s", line)
         if self.ready_file:
             tmp = Path(self.ready_file + ".tmp")
             tmp.write_text(json.dumps(self.addresses))
             tmp.replace(self.ready_file)
 
     async def _serve(self, app: web.Application, endpoint: str, client_certs: bool,
-                     cancel_on_disconnect: bool = False) -> str:
+                     cancel_on_disconnect: bool = False, name: str = "HTTP") -> str:
         """Serve ``app``; ``cancel_on_disconnect`` ends a handler when its client goes away (event streams
         then free their slot at once instead of at their next write)."""
         host, port = split_host_port(endpoint)
@@ -173,7 +180,12 @@ class Service:
         await runner.setup()
         ssl_ctx = _server_ssl(self.config, client_certs)
         site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            raise OSError(e.errno, f"cannot listen for {name} on {endpoint}: "
+                                   f"{os.strerror(e.errno) if e.errno else e}") from None
         self._runners.append(runner)
         bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         return _address(endpoint, bound[1])
@@ -304,5 +316,13 @@ def serve(config: Config, config_path: str | None, overrides: dict[str, Any], re
     try:
         asyncio.run(service.run())
     except OSError as e:  # a port in use, an unreadable certificate, a queue directory held by another process
-        log.error("cannot start: %s", e)
-        sys.exit(1)
+        sys.exit(startup_failed(e))
+
+
+def startup_failed(error: OSError) -> int:
+    """Say why the service could not start in one line on stderr (no traceback: the reason is the
+    environment, not a bug) and return the exit code, 2 like a configuration error."""
+    reason = error.strerror if error.errno is not None and error.strerror else str(error)
+    sys.stderr.write(f"otelloop: cannot start: {reason}\n")
+    sys.stderr.flush()
+    return 2

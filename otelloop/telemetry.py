@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from otelloop import __version__
+from otelloop.version import full_version
 
 #: Distinct values kept per capped label (service, model) by default; later ones become ``other``.
 LABEL_VALUE_CAP = 200
@@ -434,7 +434,7 @@ class Metrics:
         for spec in METRICS:
             if spec.attribute is not None:
                 setattr(self, spec.attribute, _build(spec, r))
-        self.build_info.labels(__version__).set(1)
+        self.build_info.labels(full_version()).set(1)
         for reason in ("capacity", "idle", "memory"):
             self.sessions_evicted.labels(reason)
         for outcome in ("applied", "rejected"):

@@ -47,6 +47,15 @@ ENVIRONMENT: tuple[tuple[tuple[str, ...], str], ...] = (
     (("OTELLOOP_LOG_LEVEL",),
      "Log level of `otelloop serve`: `DEBUG`, `INFO` (the default), `WARNING` or `ERROR`. Logs go to "
      "stderr and never contain tokens or header values."),
+    (("OTELLOOP_LISTEN_HOST",),
+     "Replaces `localhost` in the default endpoints of the three listeners (`receiver.grpc.endpoint`, "
+     "`receiver.http.endpoint`, `admin.endpoint`) where the file and the flags name none; the container "
+     "image sets `0.0.0.0`."),
+    (("OTELLOOP_BUILD_COMMIT",),
+     "Read when otelloop's package is built, not at run time: the git commit to record in it (for a "
+     "build without `.git`, such as the container image's `--build-arg OTELLOOP_BUILD_COMMIT=…`); "
+     "otherwise the checkout's HEAD is recorded. `otelloop --version`, `otelloop_build_info{version}` "
+     "and the startup log show it as `0.1.0+g<commit>`; run from a git checkout, otelloop asks git."),
     (("OTELLOOP_PURE_PYTHON",),
      "`1` makes otelloop use the pure-Python request reader even where the native one is installed "
      "(same results, several times the CPU per span; for comparison). `otelloop --version` names the "
@@ -351,9 +360,10 @@ Generated from the configuration models by `scripts/gen_config_docs.py`; do not 
 One YAML file holds every setting (`otelloop serve --config FILE`). Command-line flags override it; the
 standard `OTEL_EXPORTER_OTLP_TRACES_*` and `OTEL_EXPORTER_OTLP_*` variables configure the upstream where
 the file and the flags are silent (see [Environment variables](#environment-variables)). Every key is
-optional unless marked **required**; an unknown key is an error. Durations are written `500ms`, `30s`,
-`10m`, `1h` or as a number of seconds; sizes in MiB may be fractional. `otelloop check-config FILE`
-validates a file and prints the configuration in force, or every error with its key path.
+optional unless marked **required**; an unknown key is an error (the message names the nearest valid
+key). Durations are written `500ms`, `30s`, `10m`, `1h` or as a number of seconds; sizes in MiB may be
+fractional. `otelloop check-config FILE` validates a file and prints the configuration in force, or every
+error with its key path.
 `kill -HUP` re-reads the file: an invalid one is rejected whole and the settings in force stay; a valid
 one applies from the next step, except listener and exporter settings, which need a restart.
 """

@@ -188,3 +188,44 @@ async def test_against_the_real_admin_api() -> None:
         assert (await acheck_verdict(url, session_id="other")).reason.endswith("unknown session")
     finally:
         await runner.cleanup()
+
+
+def test_flush_makes_the_first_steps_verdict_known_without_waiting_for_the_batch(serve) -> None:  # type: ignore[no-untyped-def]
+    """With the SDK's BatchSpanProcessor the spans wait in memory; ``flush=True`` exports them first."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    o = serve()
+    provider = TracerProvider(resource=Resource.create({"service.name": "flush-agent"}))
+    # a delay far longer than the test: without a flush nothing would reach otelloop while it runs
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=o.grpc, insecure=True),
+                                                   schedule_delay_millis=600_000))
+    tracer = provider.get_tracer("agent")
+    base = f"http://{o.admin}"
+    try:
+        with tracer.start_as_current_span("invoke_agent") as root:
+            root.set_attribute("gen_ai.operation.name", "invoke_agent")
+            for _ in range(6):
+                with tracer.start_as_current_span("execute_tool search_web") as sp:
+                    sp.set_attribute("gen_ai.operation.name", "execute_tool")
+                    sp.set_attribute("gen_ai.tool.name", "search_web")
+                    sp.set_attribute("gen_ai.tool.call.arguments", '{"q": "same"}')
+                    sp.set_attribute("gen_ai.tool.call.result", "nothing found")
+            unflushed = check_verdict(base, timeout=5)
+            flushed = check_verdict(base, timeout=5, flush=provider)
+        assert unflushed.reason == "otelloop verdict unavailable: unknown session"
+        assert flushed.verdict in ("nudge", "stop") and "unknown session" not in flushed.reason, flushed
+    finally:
+        provider.shutdown()
+
+
+def test_flush_of_the_global_provider_without_an_sdk_still_asks(otelloop: FakeOtelloop) -> None:
+    from otelloop.client import flush_spans
+
+    assert "cannot be flushed" in flush_spans(object(), 1.0)
+    otelloop.verdict("sess-2", {"verdict": "nudge", "reason": "r", "message": "m"})
+    v = check_verdict(otelloop.url, session_id="sess-2", flush=object())
+    assert (v.verdict, v.message) == ("nudge", "m") and "cannot be flushed" in v.reason
+    assert otelloop.requests == [("/v1/sessions/sess-2/verdict", None)]  # asked despite the failed flush

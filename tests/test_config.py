@@ -13,13 +13,13 @@ from otelloop.config import ConfigError, build_config, parse_upstream
 
 def test_defaults_match_spec() -> None:
     cfg = build_config({}, env={})
-    assert cfg.receiver.grpc.endpoint == "0.0.0.0:4317" and cfg.receiver.grpc.max_request_mib == 64
-    assert cfg.receiver.http.endpoint == "0.0.0.0:4318" and cfg.receiver.http.max_request_mib == 64
+    assert cfg.receiver.grpc.endpoint == "localhost:4317" and cfg.receiver.grpc.max_request_mib == 64
+    assert cfg.receiver.http.endpoint == "localhost:4318" and cfg.receiver.http.max_request_mib == 64
     assert cfg.receiver.auth.bearer_tokens == []
     assert cfg.exporter.endpoint is None and cfg.exporter.protocol == "grpc"
     assert cfg.exporter.compression == "gzip" and cfg.exporter.timeout == 10.0
     assert cfg.exporter.queue_spans == 100_000 and cfg.exporter.persistent_dir is None
-    assert cfg.admin.endpoint == "0.0.0.0:9464" and cfg.admin.token is None
+    assert cfg.admin.endpoint == "localhost:9464" and cfg.admin.token is None
     assert (cfg.state.group_by, cfg.state.max_sessions, cfg.state.idle_timeout) == ("auto", 100_000, 1800.0)
     assert set(cfg.detectors) == {"divergence", "rate", "drift", "entropy", "stall", "trajectory"}
     assert all(d.enabled for d in cfg.detectors.values())
@@ -107,3 +107,61 @@ def test_check_config_rejects_with_key_path(tmp_path) -> None:
     result = CliRunner().invoke(main, ["check-config", str(f)])
     assert result.exit_code == 2
     assert 'detectors.entropy.window: must be an integer >= 1, got "x"' in result.output
+
+
+def test_listeners_are_loopback_by_default_and_listen_host_variable_replaces_only_the_default(tmp_path) -> None:
+    from otelloop.config import load_config
+
+    default = load_config(None, env={})
+    assert {default.receiver.grpc.endpoint, default.receiver.http.endpoint, default.admin.endpoint} == {
+        "localhost:4317", "localhost:4318", "localhost:9464"}
+    wildcard = load_config(None, env={"OTELLOOP_LISTEN_HOST": "0.0.0.0"})
+    assert (wildcard.receiver.grpc.endpoint, wildcard.receiver.http.endpoint, wildcard.admin.endpoint) == (
+        "0.0.0.0:4317", "0.0.0.0:4318", "0.0.0.0:9464")
+    f = tmp_path / "c.yaml"
+    f.write_text("receiver:\n  grpc: {endpoint: '127.0.0.1:5317'}\n")
+    mixed = load_config(f, {"admin.endpoint": "127.0.0.1:0"}, env={"OTELLOOP_LISTEN_HOST": "0.0.0.0"})
+    assert mixed.receiver.grpc.endpoint == "127.0.0.1:5317"  # the file wins
+    assert mixed.admin.endpoint == "127.0.0.1:0"  # a flag wins
+    assert mixed.receiver.http.endpoint == "0.0.0.0:4318"
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"pricing": {"gpt-4o": {"input": 2.5, "output_per_mtok": 10}}},
+     "pricing.gpt-4o.input: unknown key (did you mean input_per_mtok?)"),
+    ({"state": {"max_sesions": 5}}, "state.max_sesions: unknown key (did you mean max_sessions?)"),
+    ({"detectors": {"entropy": {"windw": 3}}}, "detectors.entropy.windw: unknown key (did you mean window?)"),
+    ({"receiver": {"grpc": {"bogus": 1}}}, "receiver.grpc.bogus: unknown key"),  # nothing close: no guess
+])
+def test_a_misspelt_key_is_answered_with_the_nearest_valid_one(raw: dict, expected: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        build_config(raw, env={})
+    assert e.value.errors == [expected]
+
+
+@pytest.mark.parametrize("url, ok", [
+    ("http://jaeger:16686/trace/{trace_id}", True),
+    ("https://phoenix/projects/x/sessions/{session_id}?t={trace_id}", True),
+    ("http://jaeger:16686/trace/{traceid}", False),
+    ("http://tempo/{trace_id}/{span}", False),
+])
+def test_trace_url_placeholders_are_checked(url: str, ok: bool) -> None:
+    if ok:
+        assert build_config({"console": {"trace_url": url}}, env={}).console.trace_url == url
+        return
+    with pytest.raises(ConfigError) as e:
+        build_config({"console": {"trace_url": url}}, env={})
+    [line] = e.value.errors
+    assert line.startswith("console.trace_url: unknown placeholder {")
+    assert "known: {trace_id}, {session_id}" in line
+    if "{traceid}" in url:
+        assert "{traceid} (did you mean {trace_id}?)" in line
+
+
+def test_check_config_prints_the_suggestion_and_exits_2(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("pricing:\n  gpt-4o: {input: 2.5}\nconsole: {trace_url: 'http://j/{traceid}'}\n")
+    result = CliRunner().invoke(main, ["check-config", str(f)])
+    assert result.exit_code == 2
+    assert "pricing.gpt-4o.input: unknown key (did you mean input_per_mtok?)" in result.output
+    assert "unknown placeholder {traceid} (did you mean {trace_id}?)" in result.output

@@ -128,7 +128,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_span(serve: Any, loop: Backgro
 def test_a_second_process_cannot_take_the_same_queue(serve: Any, tmp_path: Path) -> None:
     config = _persistent(free_port(), tmp_path / "queue")
     serve(config)
-    with pytest.raises(AssertionError, match=r"exited with 1(.|\n)*cannot start: another otelloop process is "
+    with pytest.raises(AssertionError, match=r"exited with 2(.|\n)*cannot start: another otelloop process is "
                                              "using the persistent queue"):
         serve(config)
 

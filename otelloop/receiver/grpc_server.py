@@ -7,7 +7,11 @@ the pipeline sees and, when nothing is added to them, what goes upstream.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -58,11 +62,24 @@ class GrpcReceiver:
                 [(Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())],  # type: ignore[arg-type]
                 root_certificates=Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None,
                 require_client_auth=bool(tls.client_ca_file))
-            self.port = self.server.add_secure_port(endpoint, creds)
+            self.port = self._bind(lambda: self.server.add_secure_port(endpoint, creds), endpoint)
         else:
-            self.port = self.server.add_insecure_port(endpoint)
-        if self.port == 0:
-            raise OSError(f"cannot listen for OTLP/gRPC on {endpoint}")
+            self.port = self._bind(lambda: self.server.add_insecure_port(endpoint), endpoint)
+
+    @staticmethod
+    def _bind(add_port: Callable[[], int], endpoint: str) -> int:
+        """The bound port; gRPC reports a busy or unusable address as a bare RuntimeError (or port 0),
+        turned here into an OSError naming the listener, which ``serve`` prints as one line. A busy port
+        is found before gRPC tries it, so gRPC's own multi-line error log does not precede that line."""
+        check_bindable(endpoint, "OTLP/gRPC")
+        try:
+            port = add_port()
+        except RuntimeError:
+            port = 0
+        if port == 0:
+            raise OSError(f"cannot listen for OTLP/gRPC on {endpoint}: the address is in use or not "
+                          "available on this host")
+        return port
 
     async def start(self) -> None:
         await self.server.start()
@@ -109,3 +126,28 @@ def response(accepted: Accepted) -> bytes:
     out: bytes = ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
         rejected_spans=accepted.rejected, error_message=accepted.message)).SerializeToString()
     return out
+
+
+def check_bindable(endpoint: str, name: str) -> None:
+    """Raise OSError naming the listener when ``endpoint`` cannot be bound: one of its addresses is in
+    use, or none of them can be bound (as gRPC needs at least one). Port 0 is always bindable."""
+    host, _, port = endpoint.rpartition(":")
+    if port == "0":
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (OSError, ValueError) as e:
+        raise OSError(f"cannot listen for {name} on {endpoint}: {e}") from None
+    errors: list[OSError] = []
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC and aiohttp bind
+            try:
+                s.bind(address)
+            except OSError as e:
+                errors.append(e)
+    busy = [e for e in errors if e.errno == errno.EADDRINUSE]
+    if busy or (errors and len(errors) == len(infos)):
+        first = (busy or errors)[0]
+        raise OSError(first.errno, f"cannot listen for {name} on {endpoint}: {os.strerror(first.errno or 0)}")

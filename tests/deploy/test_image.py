@@ -228,3 +228,14 @@ def test_a_failing_compiler_fails_only_the_build_that_requires_the_native_reader
                             timeout=300)
     assert (result.returncode == 0) is builds, result.stderr[-2000:]
     assert not list((tmp_path / "lib").rglob("_scan*.so"))
+
+
+def test_image_listens_on_every_interface_whatever_serve_command_it_runs() -> None:
+    """otelloop's own default is loopback; the image must make the ports reachable through ``-p``."""
+    from otelloop.config import load_config
+
+    env = runtime_stage().env
+    assert env.get("OTELLOOP_LISTEN_HOST") == "0.0.0.0"
+    cfg = load_config(None, {"exporter.endpoint": "grpc://tempo:4317"}, env=env)
+    assert (cfg.receiver.grpc.endpoint, cfg.receiver.http.endpoint, cfg.admin.endpoint) == (
+        "0.0.0.0:4317", "0.0.0.0:4318", "0.0.0.0:9464")

@@ -151,7 +151,8 @@ def test_analyze_prints_recorded_span_content_escaped(tmp_path: Any) -> None:
     assert b"\x1b" not in done.stdout and [c for c in UNSAFE if c in out] == []
     lines = out.split("\n")[:-1]
     assert lines[0].startswith("SESSION") and "planner\\n2026-01-01" in lines[1]  # the agent, escaped
-    assert all(line.startswith("    [") for line in lines[2:]) and len(lines) > 2
+    assert all(line.startswith("    [") for line in lines[2:-1]) and len(lines) > 3
+    assert lines[-1] == "1 session: 1 stop"  # the summary line closes the table
 
 
 def _direct_writers() -> set[tuple[str, str]]:
@@ -173,5 +174,8 @@ def test_span_values_reach_the_terminal_only_through_escaping_writers() -> None:
     direct writer must escape what it writes and be added here."""
     allowed = {("service.py", "print_finding"),  # escapes every value (the detect-only test above)
                ("cli.py", "_load"), ("cli.py", "analyze"), ("cli.py", "check_config"),  # render_table escapes
-               ("demo.py", "_print_finding"), ("demo.py", "run_demo")}  # the demo's own agent, not outside spans
+               ("demo.py", "_print_finding"), ("demo.py", "run_demo"),  # the demo's own agent, not outside spans
+               ("cli.py", "_run_analysis"),  # escapes the input error it prints
+               ("cli.py", "_print_reports"),  # render_table escapes; --json is JSON (control characters escaped)
+               ("service.py", "startup_failed")}  # the operating system's reason a listener could not open
     assert _direct_writers() <= allowed
