@@ -265,7 +265,13 @@ def test_sessions_page_counts_search_and_alerts(serve: Any) -> None:
     assert [a["session_id"] for a in alerts] == [looping] and alerts[0]["alerts"] > 1
     assert alerts[0]["finding"]["severity"] in ("warn", "loop", "stop")
     detail = body_of(o, f"/v1/sessions/{looping}", None)
-    assert [s["name"] for s in detail["recent_steps"]] == ["search_web"] * 5
+    steps = detail["recent_steps"]
+    assert len(steps) >= 18 and [s["name"] for s in steps[-6:]] == ["search_web"] * 6
+    assert steps[-1]["args"] == '{"query":"weather in Paris"}' and steps[-1]["result"] == "no results"
+    bash = next(s for s in steps if s["name"] == "bash")
+    assert bash["outcome"] == "error" and "curl" in bash["args"] and SECRET not in bash["args"]
+    repeated = next(f for f in detail["findings"] if f.get("call", {}).get("name") == "search_web")
+    assert repeated["call"] == {"name": "search_web", "args": steps[-1]["args"], "result": "no results"}
     assert detail["verdict_history"][-1]["verdict"] == "stop"
     halted = next(f for f in detail["findings"] if f["event"] == "otelloop.loop_halted")
     assert halted["evidence"]["halt_reason"] == "stalled" and "spawn_reviewer" in halted["suggested_actions"]

@@ -114,7 +114,7 @@ def test_console_shows_stuck_sessions_live_and_pauses_one(serve: Any, page: Any,
         ["switch_to_interactive", "tighten_context", "spawn_reviewer"]
     drift = detail.locator("li.finding", has_text="otelloop.drift")
     assert "Bearer ***" in drift.locator(".message").inner_text()
-    assert detail.locator("table.steps tbody tr").count() == 5
+    assert detail.locator("table.steps tbody tr").count() >= 18
     assert "search_web" in detail.locator("table.steps tbody").inner_text()
     assert detail.locator("ol.history li").count() >= 1
     assert detail.get_by_role("link", name="Open trace ↗").get_attribute("href") == \
@@ -122,14 +122,22 @@ def test_console_shows_stuck_sessions_live_and_pauses_one(serve: Any, page: Any,
     assert SECRET not in page.content()
     page.screenshot(path=str(tmp_path / "2-detail.png"), full_page=True)
 
-    # Pause and Inspect, then Resume: the API reports each.
-    looping_alert.get_by_role("button", name="Pause and Inspect").click()
-    wait_for(lambda: verdict(served, looping) == "paused", what="session paused")
-    page.locator(f'#alerts > li[data-session="{looping}"] .chip.verdict-paused').wait_for()
+    # A stopped session offers Resume (lift the stop), not Pause.
+    assert looping_alert.get_by_role("button", name="Pause and Inspect").count() == 0
+    assert detail.get_by_role("button", name="Pause").count() == 0
+    # Pause a running session from its detail, then Resume: the API reports each, and a paused session's
+    # agent is told why.
+    page.locator(f'#sessions tbody tr[data-session="{healthy}"]').click()
+    detail.locator(".detail-head", has_text=healthy[:16]).wait_for()
+    detail.get_by_role("button", name="Pause", exact=True).click()
+    wait_for(lambda: verdict(served, healthy) == "paused", what="session paused")
+    page.locator(f'#sessions tbody tr[data-session="{healthy}"] .chip.verdict-paused').wait_for()
+    detail.locator(".verdict-message", has_text="An operator paused this session").wait_for()
     page.screenshot(path=str(tmp_path / "3-paused.png"), full_page=True)
     detail.get_by_role("button", name="Resume").click()
-    wait_for(lambda: verdict(served, looping) == "continue", what="session resumed")
-    page.locator(f'#alerts > li[data-session="{looping}"] .chip.verdict-continue').wait_for()
+    wait_for(lambda: verdict(served, healthy) == "continue", what="session resumed")
+    page.locator(f'#sessions tbody tr[data-session="{healthy}"] .chip.verdict-continue').wait_for()
+    detail.get_by_role("button", name="Close").click()
 
     # The hostile tool name is text: shown verbatim, no element created from it, no script run.
     hostile_alert = page.locator(f'#alerts > li[data-session="{hostile}"]')
