@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
-from otelloop.bounds import deep_size
+from otelloop.bounds import deep_size, truncate
 from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
@@ -50,6 +50,7 @@ RECENT_STEPS = 20
 RECENT_NAME_CHARS = 64
 #: Longest argument or result excerpt kept per recent step and per remembered finding (redacted).
 EXCERPT_CHARS = 200
+EXCERPT_BYTES = 256
 #: Severities that put a session in the alerts index (``info`` does not), and how many sessions it keeps.
 ALERT_SEVERITIES = frozenset({"warn", "loop", "stop"})
 ALERTS_KEPT = 1000
@@ -244,8 +245,8 @@ def push_recent(session: Session, steps: list[Step]) -> None:
     tail = steps[-RECENT_STEPS:]
     names = tuple(sys.intern(s.name if len(s.name) <= RECENT_NAME_CHARS else s.name[:RECENT_NAME_CHARS])
                   for s in tail)
-    args = tuple(redact(s.args_text, EXCERPT_CHARS) if s.args_text else "" for s in tail)
-    results = tuple(redact(s.output_text, EXCERPT_CHARS) if s.output_text else "" for s in tail)
+    args = tuple(excerpt(s.args_text) for s in tail)
+    results = tuple(excerpt(s.output_text) for s in tail)
     packed = b"".join(_PACKED.pack(((s.end_ns or s.start_ns) // 1_000_000) << 4
                                    | _KIND_CODE.get(s.kind, 0) << 2 | _OUTCOME_CODE.get(s.outcome, 0))
                       for s in tail)
@@ -278,8 +279,14 @@ def step_call(step: Step | None) -> tuple[str, str, str] | None:
     cut, or None: what a person needs to see what repeated."""
     if step is None:
         return None
-    return (redact(step.name, RECENT_NAME_CHARS), redact(step.args_text, EXCERPT_CHARS) if step.args_text else "",
-            redact(step.output_text, EXCERPT_CHARS) if step.output_text else "")
+    return (truncate(redact(step.name, RECENT_NAME_CHARS), EXCERPT_BYTES), excerpt(step.args_text),
+            excerpt(step.output_text))
+
+
+def excerpt(text: str | None) -> str:
+    """``text`` redacted, cut to :data:`EXCERPT_CHARS` characters and :data:`EXCERPT_BYTES` bytes (in UTF-8
+    and in memory: a wide character does not quadruple it); "" for none."""
+    return truncate(redact(text, EXCERPT_CHARS), EXCERPT_BYTES) if text else ""
 
 
 def _severity_key(session: Session) -> tuple[int, float]:
