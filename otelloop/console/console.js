@@ -504,7 +504,7 @@
            el("span", {class: "muted", title: DETECTORS[f.detector] || ""},
               `${f.detector} · reported ${f.count === 1 ? "once" : f.count + " times"} · last ${timeOf(f.time_unix_ms)}`)),
         el("p", {class: "message"}, f.message || ""),
-        current ? el("p", {class: "current"}, el("span", {class: "muted"}, "Now: "), current) : null,
+        current ? el("p", {class: "current"}, el("span", {class: "muted"}, "Current reason: "), current) : null,
         f.call ? callBlock(f.call) : null,
         evidence.childNodes.length ? evidence : null,
         (f.suggested_actions || []).length ? el("div", {class: "suggested"}, "Suggested actions:", actions) : null));
