@@ -12,6 +12,7 @@ Screenshots are saved in the test's tmp directory.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,7 +197,11 @@ def _unlock(page: Any, served: Any) -> None:
 
 
 def test_console_shows_what_repeated_not_a_hash(serve: Any, page: Any, tmp_path: Path) -> None:
-    served = serve({"admin": {"token": TOKEN}})
+    """Also takes the README's screenshot: ``OTELLOOP_CONSOLE_PNG=docs/console.png pytest -k what_repeated``."""
+    served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL,
+                                                             "dashboard_url": "http://grafana:3000/d/otelloop"}})
+    healthy_agent(served.grpc)
+    support_agent_without_content(served.grpc, reservations=3)
     looping = looping_agent(served.grpc)
     _unlock(page, served)
     page.locator(f'#alerts > li[data-session="{looping}"]').get_by_role("button", name="Inspect", exact=True).click()
@@ -222,7 +227,9 @@ def test_console_shows_what_repeated_not_a_hash(serve: Any, page: Any, tmp_path:
     assert "reported" in intervention.inner_text()
     assert detail.locator("li.finding .current").count() >= 1
     assert SECRET not in page.content()
-    page.screenshot(path=str(tmp_path / "what-repeated.png"), full_page=False)
+    page.set_viewport_size({"width": 1600, "height": 1300})
+    page.locator(f'#sessions tbody tr[data-session="{looping}"]').click()
+    page.screenshot(path=os.environ.get("OTELLOOP_CONSOLE_PNG") or str(tmp_path / "what-repeated.png"))
 
 
 def test_console_says_who_and_when_and_what_settings_are_missing(serve: Any, page: Any) -> None:
