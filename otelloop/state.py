@@ -6,7 +6,8 @@ sessions API and the console without scanning every session: the sessions whose 
 ``continue`` (most severe first is "these, sorted, then the rest in last-seen order") and the sessions
 with an alerting finding, in the order of their latest one.
 
-What a session remembers for people (finding messages and evidence, verdict messages) is redacted with
+What a session remembers for people (finding messages and evidence, verdict messages, the argument and
+result excerpts of its recent steps and of the calls its findings were raised on) is redacted with
 :func:`otelloop.redact.redact` when it is remembered, so nothing unredacted is kept.
 """
 
