@@ -6,9 +6,10 @@ sessions API and the console without scanning every session: the sessions whose 
 ``continue`` (most severe first is "these, sorted, then the rest in last-seen order") and the sessions
 with an alerting finding, in the order of their latest one.
 
-What a session remembers for people (finding messages and evidence, verdict messages, the argument and
-result excerpts of its recent steps and of the calls its findings were raised on) is redacted with
-:func:`otelloop.redact.redact` when it is remembered, so nothing unredacted is kept.
+What a session remembers for people (finding messages and evidence, verdict messages, the calls its
+findings were raised on) is redacted with :func:`otelloop.redact.redact` when it is remembered. The
+argument and result excerpts of its recent steps are only cut when kept, and redacted when shown (see
+:func:`push_recent`): redacting every step would cost more than detecting on it.
 """
 
 from __future__ import annotations
@@ -239,15 +240,20 @@ def push_recent(session: Session, steps: list[Step]) -> None:
 
     The ring is one flat tuple ``(names…, arguments…, results…, packed)``: up to :data:`RECENT_STEPS`
     names (cut and interned, so sessions running the same tools share them), as many argument and result
-    excerpts (redacted and cut to :data:`EXCERPT_CHARS`; "" when the span carried none), and one bytes
+    excerpts (cut to :data:`EXCERPT_BYTES`; "" when the span carried none), and one bytes
     object of 8 bytes per step holding the end time in milliseconds, the kind and the outcome. A step costs
     three pointers and its excerpts, not a tuple and its header (docs/deploy.md#memory gives the bound).
+
+    The excerpts are redacted when they are shown (:func:`recent_steps`), not here: redacting two texts
+    of every step costs tens of microseconds when they do not repeat, more than the rest of the
+    pipeline spends on the step. They are cut 56 characters past what is shown, so that a secret
+    straddling the shown end is still recognised.
     """
     tail = steps[-RECENT_STEPS:]
     names = tuple(sys.intern(s.name if len(s.name) <= RECENT_NAME_CHARS else s.name[:RECENT_NAME_CHARS])
                   for s in tail)
-    args = tuple(excerpt(s.args_text) for s in tail)
-    results = tuple(excerpt(s.output_text) for s in tail)
+    args = tuple(truncate(s.args_text[:EXCERPT_BYTES], EXCERPT_BYTES) if s.args_text else "" for s in tail)
+    results = tuple(truncate(s.output_text[:EXCERPT_BYTES], EXCERPT_BYTES) if s.output_text else "" for s in tail)
     packed = b"".join(_PACKED.pack(((s.end_ns or s.start_ns) // 1_000_000) << 4
                                    | _KIND_CODE.get(s.kind, 0) << 2 | _OUTCOME_CODE.get(s.outcome, 0))
                       for s in tail)
@@ -271,7 +277,7 @@ def recent_steps(session: Session) -> list[dict[str, Any]]:
     for i, (value,) in enumerate(_PACKED.iter_unpack(ring[-1])):
         out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(ring[i], RECENT_NAME_CHARS),
                     "outcome": _OUTCOMES[value & 3], "time_unix_ms": value >> 4,
-                    "args": ring[n + i], "result": ring[2 * n + i]})
+                    "args": redact(ring[n + i], EXCERPT_CHARS), "result": redact(ring[2 * n + i], EXCERPT_CHARS)})
     return out
 
 

@@ -125,7 +125,7 @@ def test_messages_kept_in_a_session_are_bounded() -> None:
 
 def test_recent_steps_and_finding_calls_keep_bounded_excerpts() -> None:
     """20 steps whose arguments and results are long and wide (an emoji makes CPython store 4 bytes a
-    character): each excerpt stays within 256 bytes, the whole ring within the documented 14 KiB."""
+    character): each excerpt stays within 256 bytes, the whole ring within the documented 16 KiB."""
     from otelloop.state import EXCERPT_BYTES, RECENT_STEPS, recent_steps
 
     p = Pipeline()
@@ -138,7 +138,7 @@ def test_recent_steps_and_finding_calls_keep_bounded_excerpts() -> None:
     assert len(steps) == RECENT_STEPS and steps[-1]["name"] == "tool39" and steps[-1]["result"].startswith("39")
     texts = [t for st_ in steps for t in (st_["args"], st_["result"])]
     assert all(t and len(t.encode()) <= EXCERPT_BYTES and sys.getsizeof(t) <= EXCERPT_BYTES + 80 for t in texts)
-    assert deep_size(session.recent) <= 14 << 10, deep_size(session.recent)
+    assert deep_size(session.recent) <= 16 << 10, deep_size(session.recent)
     loop = [tool_span("search", args=wide, result=wide, trace=10, i=i) for i in range(8)]
     p.process(p.decode(request(*loop)))
     looping = p.store.get(format(10, "032x"))

@@ -127,3 +127,19 @@ def test_a_repeated_vote_is_kept_redacted() -> None:
                                            "stop running curl -H 'Authorization: Bearer ***'")}
     session.apply_votes({"drift": ("nudge", "run_shell failing", "stop")})
     assert session.votes == {"drift": ("nudge", "run_shell failing", "stop")} and session.message == "stop"
+
+
+def test_recent_step_excerpts_are_redacted_when_shown_and_keep_twenty() -> None:
+    from otelloop.model import Step
+    from otelloop.state import EXCERPT_CHARS, RECENT_STEPS, push_recent, recent_steps
+
+    secret = "sk-live-7Qx9Lm2Vb8Rt4Kp6Zw1Nc3Hd5"
+    session = Session("s", 0.0)
+    for i in range(30):  # one step per request, as a slow agent sends them
+        push_recent(session, [Step("s", "tool", f"t{i}", args_text=f'{{"api_key": "{secret}", "n": {i}}}',
+                                   output_text="x" * 190 + " Bearer " + secret, end_ns=i * 1_000_000)])
+    steps = recent_steps(session)
+    assert [s["name"] for s in steps] == [f"t{i}" for i in range(30 - RECENT_STEPS, 30)]
+    assert [s["time_unix_ms"] for s in steps] == list(range(30 - RECENT_STEPS, 30))
+    assert all(secret not in s["args"] and secret not in s["result"] for s in steps)
+    assert all(len(s["result"]) <= EXCERPT_CHARS and '"n": ' in s["args"] for s in steps)
