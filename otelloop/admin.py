@@ -129,6 +129,7 @@ class AdminAPI:
         app.router.add_get("/v1/sessions/{id}/verdict", self._verdict)
         app.router.add_post("/v1/sessions/{id}/pause", self._pause)
         app.router.add_post("/v1/sessions/{id}/resume", self._resume)
+        app.router.add_post("/v1/sessions/{id}/acknowledge", self._acknowledge)
         app.router.add_get("/v1/alerts", self._alerts)
         app.router.add_get("/v1/events", self._events)
 
@@ -234,7 +235,14 @@ class AdminAPI:
         cfg = self.pipeline.config
         return {"version": __version__, "auth": "token" if self.token is not None else "none",
                 "trace_url": cfg.console.trace_url, "group_by": cfg.state.group_by,
-                "max_cycle_iterations": self._cycle_budget(), "verdicts": list(VERDICT_RANK)}
+                "max_cycle_iterations": self._cycle_budget(), "verdicts": list(VERDICT_RANK),
+                **self._console_hints()}
+
+    def _console_hints(self) -> dict[str, Any]:
+        """What the console needs to explain missing settings and to show the *ended* state."""
+        cfg = self.pipeline.config
+        return {"dashboard_url": cfg.console.dashboard_url, "ended_after_seconds": cfg.console.ended_after,
+                "pricing": bool(cfg.pricing), "idle_timeout_seconds": cfg.state.idle_timeout}
 
     def _cycle_budget(self) -> int | None:
         stall = self.pipeline.config.detectors.get("stall")
@@ -380,6 +388,15 @@ class AdminAPI:
         self._changed(session, before)
         return web.json_response({"verdict": session.verdict}, headers=_NO_STORE)
 
+    async def _acknowledge(self, request: web.Request) -> web.Response:
+        """Take a session off the alerts list until its next alerting finding (a write, guarded as
+        pause and resume are)."""
+        self._check_write(request)
+        session = self._find(request)
+        session.acked_ms = max(int(time.time() * 1000), alert_summary(session)[1])
+        self._writes += 1
+        return web.json_response({"acknowledged_unix_ms": session.acked_ms}, headers=_NO_STORE)
+
     def _changed(self, session: Session, before: str) -> None:
         self._writes += 1  # cached lists are stale from now
         if session.verdict != before:
@@ -435,15 +452,27 @@ class AdminAPI:
             "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
             "trace_id": s.id if views["by_trace"] or _is_trace_id(s.id) else (alert_trace or ""),
             "alerts": alert_summary(s)[0],
+            **self._when(s),
         }
         if findings:
             brief["findings"] = [_finding(f, evidence) for f in s.findings]
         return brief
 
 
+    def _when(self, s: Session) -> dict[str, Any]:
+        """When the session started, how long it has been idle, and whether it has *ended* (unseen for
+        ``console.ended_after``)."""
+        idle = self.pipeline.store.idle_seconds(s)
+        return {"first_seen_unix_nano": s.first_start_ns, "idle_seconds": round(idle, 1),
+                "ended": idle >= self.pipeline.config.console.ended_after,
+                "acknowledged_unix_ms": s.acked_ms}
+
+
 def _finding(f: RememberedFinding, evidence: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"detector": f[0], "event": f[1], "severity": f[2], "message": f[3],
                            "time_unix_ms": f[4], "count": f[5]}
+    if f[7] is not None:
+        out["call"] = {"name": f[7][0], "args": f[7][1], "result": f[7][2]}
     if evidence:
         attrs = evidence_dict(f[6])
         actions = attrs.pop("suggested_actions", None)

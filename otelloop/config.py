@@ -331,12 +331,18 @@ class ConsoleConfig(_Section):
             (examples for Phoenix, Jaeger and Grafana Tempo in docs/console.md); any other ``{name}`` is
             an error, with the nearest valid placeholder suggested; null shows no link.
             Default: null.
+        dashboard_url: link from the console's header to your metrics dashboard (e.g. the Grafana
+            dashboard the Helm chart ships); an http:// or https:// URL, null shows no link. Default: null.
+        ended_after: a session unseen for this long is shown as *ended* (it is still held until
+            ``state.idle_timeout``), and the console offers no Pause for it. Default: 5m.
     """
 
     enabled: bool = True
     trace_url: str | None = None
+    dashboard_url: str | None = None
+    ended_after: PositiveDuration = 300.0
 
-    @field_validator("trace_url")
+    @field_validator("trace_url", "dashboard_url")
     @classmethod
     def _check_trace_url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"https?://[^\s]+$", v):

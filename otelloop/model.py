@@ -42,6 +42,9 @@ class Step:
     #: A short, truncated text form of the arguments, for similarity detectors.
     args_text: str | None = None
     output_hash: int | None = None
+    #: The start of the result text (or of the error text of a failed step), for people: the console
+    #: shows it redacted and cut (``otelloop.state.push_recent``); None when the span carried none.
+    output_text: str | None = None
     outcome: Outcome = "success"
     #: Hex digest of the normalised error text, or None when the step did not fail.
     error_signature: str | None = None

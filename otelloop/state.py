@@ -6,8 +6,10 @@ sessions API and the console without scanning every session: the sessions whose 
 ``continue`` (most severe first is "these, sorted, then the rest in last-seen order") and the sessions
 with an alerting finding, in the order of their latest one.
 
-What a session remembers for people (finding messages and evidence, verdict messages) is redacted with
-:func:`otelloop.redact.redact` when it is remembered, so nothing unredacted is kept.
+What a session remembers for people (finding messages and evidence, verdict messages, the calls its
+findings were raised on) is redacted with :func:`otelloop.redact.redact` when it is remembered. The
+argument and result excerpts of its recent steps are only cut when kept, and redacted when shown (see
+:func:`push_recent`): redacting every step would cost more than detecting on it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from itertools import islice
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from otelloop.bounds import deep_size
+from otelloop.bounds import deep_size, truncate
 from otelloop.delivery import SeenSpans
 from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
@@ -49,11 +51,16 @@ NAME_CHARS = 200
 EVIDENCE_ITEMS = 10
 EVIDENCE_CHARS = 160
 #: How many recent steps a session remembers for the console, and the longest step name kept.
-RECENT_STEPS = 5
+RECENT_STEPS = 20
 RECENT_NAME_CHARS = 64
+#: Longest argument or result excerpt kept per recent step and per remembered finding (redacted).
+EXCERPT_CHARS = 200
+EXCERPT_BYTES = 256
 #: Severities that put a session in the alerts index (``info`` does not), and how many sessions it keeps.
 ALERT_SEVERITIES = frozenset({"warn", "loop", "stop"})
 ALERTS_KEPT = 1000
+#: What the verdict endpoint tells the agent of a paused session.
+PAUSED_MESSAGE = "An operator paused this session to inspect it. Do not start another step until it is resumed."
 _NO_VOTES: dict[str, tuple[str, str, str]] = {}
 #: Minimum seconds between two advising log lines about evictions.
 EVICTION_LOG_INTERVAL = 300.0
@@ -72,7 +79,7 @@ class Session:
         "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
         "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
-        "seen",
+        "seen", "acked_ms",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -99,7 +106,7 @@ class Session:
         self.reason = ""
         self.message = ""
         #: the last few distinct findings as (detector, event, severity, message, time_unix_ms, count,
-        #: evidence): redacted and bounded, newest last
+        #: evidence, call): redacted and bounded, newest last
         self.findings: tuple[RememberedFinding, ...] = ()
         #: latest trajectory and entropy scores, for the sessions API
         self.loop_score: float | None = None
@@ -115,15 +122,18 @@ class Session:
         #: fingerprints of the session's last step spans, to recognise one delivered again
         #: (``otelloop.delivery``); None before the first
         self.seen: SeenSpans | None = None
+        #: when an operator last acknowledged the session's alerts (unix ms; 0: never): the alerts
+        #: list leaves it out until a newer alerting finding
+        self.acked_ms = 0
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""
         place = slot(detector)
         return self.states[place] if place < len(self.states) else None
 
-    def remember(self, finding: Finding) -> None:
-        """Keep a redacted, bounded copy of a finding; a repeat of the same detector and event replaces
-        the older entry and counts it."""
+    def remember(self, finding: Finding, step: Step | None = None) -> None:
+        """Keep a redacted, bounded copy of a finding and of the call it was raised on (``step``); a repeat
+        of the same detector and event replaces the older entry and counts it."""
         count = 1
         kept = []
         for entry in self.findings:
@@ -132,7 +142,7 @@ class Session:
             else:
                 kept.append(entry)
         entry = (finding.detector, finding.event, finding.severity, redact(finding.message, FINDING_MESSAGE_CHARS),
-                 int(time.time() * 1000), count, evidence(finding.attributes))
+                 int(time.time() * 1000), count, evidence(finding.attributes), step_call(step))
         kept.append(entry)
         self.findings = tuple(kept[-RECENT_FINDINGS:])
 
@@ -164,7 +174,7 @@ class Session:
     def recompute(self) -> None:
         before = self.verdict
         if self.paused:
-            self.verdict, self.reason, self.message = "paused", "paused by an operator", ""
+            self.verdict, self.reason, self.message = "paused", "paused by an operator", PAUSED_MESSAGE
         elif self.stop_hold is not None:
             self.verdict, (self.reason, self.message) = "stop", self.stop_hold
         else:
@@ -189,8 +199,9 @@ class Session:
         self.recompute()
 
 
-#: One remembered finding: (detector, event, severity, message, time_unix_ms, count, evidence).
-RememberedFinding = tuple[str, str, str, str, int, int, tuple[Any, ...]]
+#: One remembered finding: (detector, event, severity, message, time_unix_ms, count, evidence, call), the call
+#: being (tool name, arguments excerpt, result excerpt) of the step it was raised on, or None.
+RememberedFinding = tuple[str, str, str, str, int, int, tuple[Any, ...], tuple[str, str, str] | None]
 
 
 def evidence(attributes: dict[str, AttrValue]) -> tuple[Any, ...]:
@@ -236,34 +247,46 @@ _PACKED = struct.Struct("<q")
 def push_recent(session: Session, steps: list[Step]) -> None:
     """Append the last of ``steps`` to the session's ring of recent steps.
 
-    The ring is one flat tuple ``(name, …, packed)``: up to :data:`RECENT_STEPS` names (cut and interned,
-    so sessions running the same tools share them) followed by one bytes object of 8 bytes per step
-    holding the end time in milliseconds, the kind and the outcome. About 150 bytes per session instead
-    of the ~600 that a tuple per step would take.
+    The ring is one flat tuple ``(names…, arguments…, results…, packed)``: up to :data:`RECENT_STEPS`
+    names (cut and interned, so sessions running the same tools share them), as many argument and result
+    excerpts (cut to :data:`EXCERPT_BYTES`; "" when the span carried none), and one bytes
+    object of 8 bytes per step holding the end time in milliseconds, the kind and the outcome. A step costs
+    three pointers and its excerpts, not a tuple and its header (docs/deploy.md#memory gives the bound).
+
+    The excerpts are redacted when they are shown (:func:`recent_steps`), not here: redacting two texts
+    of every step costs tens of microseconds when they do not repeat, more than the rest of the
+    pipeline spends on the step. They are cut 56 characters past what is shown, so that a secret
+    straddling the shown end is still recognised.
     """
     tail = steps[-RECENT_STEPS:]
     names = tuple(sys.intern(s.name if len(s.name) <= RECENT_NAME_CHARS else s.name[:RECENT_NAME_CHARS])
                   for s in tail)
+    args = tuple(truncate(s.args_text[:EXCERPT_BYTES], EXCERPT_BYTES) if s.args_text else "" for s in tail)
+    results = tuple(truncate(s.output_text[:EXCERPT_BYTES], EXCERPT_BYTES) if s.output_text else "" for s in tail)
     packed = b"".join(_PACKED.pack(((s.end_ns or s.start_ns) // 1_000_000) << 4
                                    | _KIND_CODE.get(s.kind, 0) << 2 | _OUTCOME_CODE.get(s.outcome, 0))
                       for s in tail)
     old = session.recent
     if old is not None and len(tail) < RECENT_STEPS:
-        names = (*old[:-1], *names)[-RECENT_STEPS:]
+        n = len(old[-1]) // _PACKED.size
+        names = (*old[:n], *names)[-RECENT_STEPS:]
+        args = (*old[n:2 * n], *args)[-RECENT_STEPS:]
+        results = (*old[2 * n:3 * n], *results)[-RECENT_STEPS:]
         packed = (old[-1] + packed)[-_PACKED.size * RECENT_STEPS:]
-    session.recent = (*names, packed)
+    session.recent = (*names, *args, *results, packed)
 
 
 def recent_steps(session: Session) -> list[dict[str, Any]]:
-    """The session's recent steps, oldest first, as the sessions API shows them (names redacted)."""
+    """The session's recent steps, oldest first, as the sessions API shows them (texts redacted)."""
     ring = session.recent
     if ring is None:
         return []
+    n = len(ring[-1]) // _PACKED.size
     out = []
-    for name, (value,) in zip(ring[:-1], _PACKED.iter_unpack(ring[-1]), strict=True):
-        out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(name, RECENT_NAME_CHARS),
-                    "outcome": _OUTCOMES[value & 3],
-                    "time_unix_ms": value >> 4})
+    for i, (value,) in enumerate(_PACKED.iter_unpack(ring[-1])):
+        out.append({"kind": _KINDS[(value >> 2) & 3], "name": redact(ring[i], RECENT_NAME_CHARS),
+                    "outcome": _OUTCOMES[value & 3], "time_unix_ms": value >> 4,
+                    "args": redact(ring[n + i], EXCERPT_CHARS), "result": redact(ring[2 * n + i], EXCERPT_CHARS)})
     return out
 
 
@@ -293,6 +316,23 @@ def _newest(sessions: list[Session], want: int) -> Generator[None, None, list[Se
         if len(out) % RANK_BATCH == 0:
             yield
     return out
+def step_call(step: Step | None) -> tuple[str, str, str] | None:
+    """(tool name, arguments excerpt, result excerpt) of the step a finding was raised on, redacted and
+    cut, or None: what a person needs to see what repeated."""
+    if step is None:
+        return None
+    return (truncate(redact(step.name, RECENT_NAME_CHARS), EXCERPT_BYTES), excerpt(step.args_text),
+            excerpt(step.output_text))
+
+
+def excerpt(text: str | None) -> str:
+    """``text`` redacted, cut to :data:`EXCERPT_CHARS` characters and :data:`EXCERPT_BYTES` bytes (in UTF-8
+    and in memory: a wide character does not quadruple it); "" for none."""
+    return truncate(redact(text, EXCERPT_CHARS), EXCERPT_BYTES) if text else ""
+
+
+def _severity_key(session: Session) -> tuple[int, float]:
+    return -VERDICT_RANK[session.verdict], -session.last_seen
 
 
 class SessionStore:
@@ -462,15 +502,21 @@ class SessionStore:
             alerts.popitem(last=False)
 
     def latest_alerts(self, limit: int) -> list[tuple[Session, str]]:
-        """Up to ``limit`` sessions with alerting findings, newest first, with the trace id of the latest
-        alerting finding ("" when it is the session id)."""
-        ids = list(islice(reversed(self.alerts), limit))
-        out = []
-        for sid in ids:
+        """Up to ``limit`` sessions with alerting findings not yet acknowledged, newest first, with the
+        trace id of the latest alerting finding ("" when it is the session id)."""
+        out: list[tuple[Session, str]] = []
+        for sid in reversed(self.alerts):
+            if len(out) >= limit:
+                break
             session, trace_id = self._sessions.get(sid), self.alerts.get(sid)
-            if session is not None and trace_id is not None:
+            if session is not None and trace_id is not None and (
+                    not session.acked_ms or alert_summary(session)[1] > session.acked_ms):
                 out.append((session, trace_id))
         return out
+
+    def idle_seconds(self, session: Session) -> float:
+        """Seconds since ``session`` was last seen, on the store's clock."""
+        return max(0.0, self._clock() - session.last_seen)
 
     def verdict_counts(self) -> dict[str, int]:
         """Live sessions per verdict, in O(sessions not at ``continue``)."""

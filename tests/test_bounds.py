@@ -123,6 +123,30 @@ def test_messages_kept_in_a_session_are_bounded() -> None:
     assert len(s.reason.encode()) <= MAX_TEXT_BYTES and len(s.message.encode()) <= MAX_TEXT_BYTES
 
 
+def test_recent_steps_and_finding_calls_keep_bounded_excerpts() -> None:
+    """20 steps whose arguments and results are long and wide (an emoji makes CPython store 4 bytes a
+    character): each excerpt stays within 256 bytes, the whole ring within the documented 16 KiB."""
+    from otelloop.state import EXCERPT_BYTES, RECENT_STEPS, recent_steps
+
+    p = Pipeline()
+    wide = "\U0001F600" * 5000
+    spans = [tool_span(f"tool{i}", args=wide + str(i), result=f"{i}" + wide, trace=9, i=i) for i in range(40)]
+    p.process(p.decode(request(*spans)))
+    session = p.store.get(format(9, "032x"))
+    assert session is not None and session.recent is not None
+    steps = recent_steps(session)
+    assert len(steps) == RECENT_STEPS and steps[-1]["name"] == "tool39" and steps[-1]["result"].startswith("39")
+    texts = [t for st_ in steps for t in (st_["args"], st_["result"])]
+    assert all(t and len(t.encode()) <= EXCERPT_BYTES and sys.getsizeof(t) <= EXCERPT_BYTES + 80 for t in texts)
+    assert deep_size(session.recent) <= 16 << 10, deep_size(session.recent)
+    loop = [tool_span("search", args=wide, result=wide, trace=10, i=i) for i in range(8)]
+    p.process(p.decode(request(*loop)))
+    looping = p.store.get(format(10, "032x"))
+    assert looping is not None
+    calls = [f[7] for f in looping.findings if f[7] is not None]
+    assert calls and all(len(x.encode()) <= EXCERPT_BYTES for c in calls for x in c)
+
+
 # -- worst case of one session --------------------------------------------------------------------
 
 

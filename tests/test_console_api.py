@@ -85,7 +85,7 @@ def test_session_data_needs_the_admin_token(serve: Any) -> None:
         assert status(url, {"Authorization": "Bearer wrong"}) == 403, path
         assert status(url, {"Authorization": TOKEN}) == 403, path  # no scheme
         assert status(url, AUTH) == 200, path
-    for action in ("pause", "resume"):
+    for action in ("pause", "resume", "acknowledge"):
         assert status(f"{base}/v1/sessions/{sid}/{action}", method="POST") == 401
     for path in OPEN_PATHS:  # probes and scrapes stay open
         assert status(base + path) == 200, path
@@ -180,6 +180,13 @@ def test_cross_site_writes_are_refused(serve: Any) -> None:
     assert status(url, {**AUTH, "Origin": "http://attacker.example"}, "POST") == 403
     assert status(url, {**AUTH, "Sec-Fetch-Site": "cross-site"}, "POST") == 403
     assert status(url, {**AUTH, "Origin": f"http://{o.admin}", "Sec-Fetch-Site": "same-origin"}, "POST") == 200
+    ack = f"http://{o.admin}/v1/sessions/{sid}/acknowledge"
+    assert status(ack, {**AUTH, "Origin": "http://attacker.example"}, "POST") == 403
+    assert status(ack, {**AUTH, "Sec-Fetch-Site": "cross-site"}, "POST") == 403
+    assert sid in [a["session_id"] for a in body_of(o, "/v1/alerts")["alerts"]]
+    assert status(ack, {**AUTH, "Origin": f"http://{o.admin}", "Sec-Fetch-Site": "same-origin"}, "POST") == 200
+    assert sid not in [a["session_id"] for a in body_of(o, "/v1/alerts")["alerts"]]
+    assert body_of(o, f"/v1/sessions/{sid}")["acknowledged_unix_ms"] > 0
 
 
 def _mocked(remote: str, host: str = "127.0.0.1:9464", headers: dict[str, str] | None = None) -> web.Request:
@@ -265,7 +272,13 @@ def test_sessions_page_counts_search_and_alerts(serve: Any) -> None:
     assert [a["session_id"] for a in alerts] == [looping] and alerts[0]["alerts"] > 1
     assert alerts[0]["finding"]["severity"] in ("warn", "loop", "stop")
     detail = body_of(o, f"/v1/sessions/{looping}", None)
-    assert [s["name"] for s in detail["recent_steps"]] == ["search_web"] * 5
+    steps = detail["recent_steps"]
+    assert len(steps) >= 18 and [s["name"] for s in steps[-6:]] == ["search_web"] * 6
+    assert steps[-1]["args"] == '{"query":"weather in Paris"}' and steps[-1]["result"] == "no results"
+    bash = next(s for s in steps if s["name"] == "bash")
+    assert bash["outcome"] == "error" and "curl" in bash["args"] and SECRET not in bash["args"]
+    repeated = next(f for f in detail["findings"] if f.get("call", {}).get("name") == "search_web")
+    assert repeated["call"] == {"name": "search_web", "args": steps[-1]["args"], "result": "no results"}
     assert detail["verdict_history"][-1]["verdict"] == "stop"
     halted = next(f for f in detail["findings"] if f["event"] == "otelloop.loop_halted")
     assert halted["evidence"]["halt_reason"] == "stalled" and "spawn_reviewer" in halted["suggested_actions"]

@@ -168,3 +168,19 @@ def test_ranking_in_slices_gives_the_naive_order_and_totals() -> None:
                     assert [s.id for s in page] == expected[offset:offset + limit], (verdict, query, offset)
     finally:
         state.RANK_BATCH = old_batch
+
+
+def test_recent_step_excerpts_are_redacted_when_shown_and_keep_twenty() -> None:
+    from otelloop.model import Step
+    from otelloop.state import EXCERPT_CHARS, RECENT_STEPS, push_recent, recent_steps
+
+    secret = "sk-live-7Qx9Lm2Vb8Rt4Kp6Zw1Nc3Hd5"
+    session = Session("s", 0.0)
+    for i in range(30):  # one step per request, as a slow agent sends them
+        push_recent(session, [Step("s", "tool", f"t{i}", args_text=f'{{"api_key": "{secret}", "n": {i}}}',
+                                   output_text="x" * 190 + " Bearer " + secret, end_ns=i * 1_000_000)])
+    steps = recent_steps(session)
+    assert [s["name"] for s in steps] == [f"t{i}" for i in range(30 - RECENT_STEPS, 30)]
+    assert [s["time_unix_ms"] for s in steps] == list(range(30 - RECENT_STEPS, 30))
+    assert all(secret not in s["args"] and secret not in s["result"] for s in steps)
+    assert all(len(s["result"]) <= EXCERPT_CHARS and '"n": ' in s["args"] for s in steps)

@@ -76,7 +76,7 @@ class DetectorEngine:
         if ctx.votes:
             session.apply_votes(ctx.votes)
         for finding in ctx.findings:
-            session.remember(finding)
+            session.remember(finding, step)
         ctx.attributes["otelloop.verdict"] = session.verdict
         return ctx
 

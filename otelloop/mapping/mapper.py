@@ -30,6 +30,9 @@ _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_mem
 _LLM_OPS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
 _SYSTEM_OPS = frozenset({"invoke_agent", "create_agent", "invoke_workflow", "plan", "chain", "execute_task"})
 
+#: How much of a step's result or error text the step carries for the console (which redacts it and keeps
+#: less: ``otelloop.state.EXCERPT_CHARS``); redaction reads it whole so a secret cut at its end is still seen.
+OUTPUT_EXCERPT_CHARS = 1024
 _TOOL_PRESENCE = ("gen_ai.tool.name", "gen_ai.tool.call.id")
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
 #: How a span's attributes declare its kind, in the order docs/mapping.md lists them, after an explicit
@@ -378,11 +381,14 @@ class Mapper:
                         step.leaves, step.result_tokens, step.echo = facts
                 else:
                     step.output_hash, empty, step.result_flags, _ = self.canonical.output(output, False)
+                step.output_text = output[:OUTPUT_EXCERPT_CHARS]
             else:
                 step.output_hash, empty = self.canonical.oversized(output)[0], False
         if info.status_code == _STATUS_ERROR or error_type:
             step.outcome = "error"
             text = _error_text(info, error_type)
+            if step.output_text is None:
+                step.output_text = text[:OUTPUT_EXCERPT_CHARS]
             step.error_signature = error_signature(text)
             step.error_hash, step.result_flags = self.canonical.error(text)
             if not _says_what_failed(info):  # a type alone is a class of failures, not one failure
