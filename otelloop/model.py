@@ -92,6 +92,10 @@ class Step:
     tool_repeats: int = 0
     progress: int = 0
     stale: int = 0
+    #: Set by the progress tracker too: the attempt this step is in a row of the same call failing the
+    #: same transient way (HTTP 429, 503, a timeout: ``otelloop.mapping.results.TRANSIENT``); 0 when the
+    #: step is not a transient failure. Detectors allow a number of such retries before counting them.
+    retry: int = 0
 
 
 @dataclass(slots=True)

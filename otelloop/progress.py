@@ -18,6 +18,9 @@ judgement, made once per step before the detectors run, and written on the step:
   ``Step.tool_repeats`` the same for the tool whatever its arguments, for results that say nothing or
   report a failure (searches worded differently that all find nothing give one tool the same result
   again and again; a batch of different calls acknowledged alike does not count).
+- ``Step.retry``: for a transient failure (by its status: HTTP 429 or 503, a timeout; see
+  :func:`otelloop.mapping.results.transient_failure`), its ``repeats``: the attempt it is in a row of
+  the same call failing the same way. Detectors give such a row a retry allowance before they count it.
 - ``Step.progress``: how many steps of the session have brought something new so far, and
   ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new (an unjudged step
   ends the row: nothing says it brought nothing).
@@ -33,7 +36,7 @@ import sys
 from array import array
 
 from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
-from otelloop.mapping.results import ACK, BLANK, FAILED
+from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
 from otelloop.model import Step
 
 #: Distinct results (and written file versions) remembered per session.
@@ -105,6 +108,8 @@ def observe(progress: ProgressState, step: Step) -> None:
         if key is not None:
             step.novel = _remember_result(state, key) and not step.result_flags & BLANK
             step.repeats = _remember_call(state, call, key)
+            if step.result_flags & TRANSIENT:
+                step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
                 # Only results that say nothing or fail count for a tool whatever its arguments: a batch
                 # of different calls acknowledged alike ("ok", "sent") is work.

@@ -29,6 +29,20 @@ class DetectorConfig(BaseModel):
     enabled: bool = True
 
 
+#: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
+#: retries a call that gets 429 or 503 or times out, with backoff, a handful of times (OpenAI's and
+#: Anthropic's Python SDKs 2 by default, botocore's standard mode 3 attempts, urllib3 ``Retry`` as set);
+#: 7 leaves a loop of a permanently failing call stopped at its 8th attempt.
+TRANSIENT_RETRIES = 7
+
+
+def retrying(step: Step, allowance: int) -> bool:
+    """Whether ``step`` is a transient failure within the retry allowance (``Step.retry``): a detector
+    neither counts it as evidence of a loop nor lets it break a run; from attempt ``allowance + 1``
+    the whole row counts."""
+    return 0 < step.retry <= allowance
+
+
 class StepContext:
     """What a detector may say about the step it is observing.
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 
@@ -37,6 +37,10 @@ class DivergenceConfig(DetectorConfig):
             default; kinds that have none use 999. Progress-aware, the first step of a run may have
             brought something new, so ``tool: 4`` is a result seen three times more. Default:
             ``{tool: 4, llm: 5, system: 999}``.
+        transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
+            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
+            evidence of a loop; from the next attempt on, the whole row counts. With
+            ``progress_aware`` only. Default: 7.
         progress_aware: repeats are counted among the session's tool steps only, and only those that
             brought nothing new: a step of another kind between two tool calls (the model's turn in a
             ReAct agent) neither counts nor breaks the run, so LLM turns — conversations with a person
@@ -50,6 +54,7 @@ class DivergenceConfig(DetectorConfig):
     window: int = Field(8, ge=1)
     thresholds: dict[str, Annotated[int, Field(ge=1)]] = DEFAULT_THRESHOLDS
     progress_aware: bool = True
+    transient_retries: int = Field(TRANSIENT_RETRIES, ge=0)
 
     @field_validator("thresholds")
     @classmethod
@@ -95,7 +100,7 @@ class DivergenceDetector(Detector):
         return DivergenceState()
 
     def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
-        if self.config.progress_aware and step.kind != "tool":
+        if self.config.progress_aware and (step.kind != "tool" or retrying(step, self.config.transient_retries)):
             return
         count = self._extend_run(state, step)
         threshold = self.config.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Protocol, Type
 
 from pydantic import Field
 
-from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.mapping.results import FAILED
 from otelloop.model import Finding, Step
@@ -38,6 +38,10 @@ class DriftConfig(DetectorConfig):
             (an alert at step t allows the next at t + cooldown_steps + 1). Default: 5.
         escalation_ema: an alert is ``hard`` (and votes ``nudge``) when its pattern's average is above
             this, else ``soft``. Default: 0.5.
+        transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
+            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
+            evidence of a loop; from the next attempt on, the whole row counts. With
+            ``progress_aware`` only. Default: 7.
         progress_aware: a read whose result is new (the file changed, whoever changed it) starts its
             count afresh, and a test-fail loop is any call — a shell command, a ``run_tests`` tool —
             whose result reports a failure (failing tests, a traceback, a non-zero exit, an error status)
@@ -57,6 +61,7 @@ class DriftConfig(DetectorConfig):
     cooldown_steps: int = Field(5, ge=0)
     escalation_ema: float = Field(0.5, ge=0.0, le=1.0)
     progress_aware: bool = True
+    transient_retries: int = Field(TRANSIENT_RETRIES, ge=0)
     stop_counts: dict[Literal["read_loop", "edit_revert", "test_fail_loop"], Annotated[int, Field(ge=1)]] = (
         {"read_loop": 5, "edit_revert": 2, "test_fail_loop": 2})  # noqa: RUF012 (pydantic copies field defaults)
 
@@ -165,6 +170,8 @@ class DriftDetector(Detector):
 
     def _judge(self, state: DriftState, step: Step) -> _Hit | None:
         """Record a file or command step and return the pattern it completes, if any."""
+        if self.config.progress_aware and retrying(step, self.config.transient_retries):
+            return None
         if step.tool_class == "read" and step.file_path:
             return self._read(state, step)
         if step.tool_class == "write" and (step.file_path or self.config.progress_aware):

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from otelloop.bounds import InternTable, Memo
-from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 
@@ -32,6 +32,10 @@ class EntropyConfig(DetectorConfig):
         warning_threshold: a score strictly below it is WARNING; at or above it NORMAL. Default: 0.50.
         authoritative_attribute: span attribute holding an agent's self-reported score, replaced by
             the computed one when present; null leaves spans alone. Default: ``cognition.entropy_score``.
+        transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
+            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
+            evidence of a loop; from the next attempt on, the whole row counts. With
+            ``progress_aware`` only. Default: 7.
         progress_aware: the window holds the session's tool steps only, so a ReAct agent's model turns
             between its tool calls do not dilute it and chat turns never fill it; two steps count as the
             same action only when their results are the same too (the result or the file version they
@@ -45,6 +49,7 @@ class EntropyConfig(DetectorConfig):
     warning_threshold: float = Field(0.50, ge=0.0, le=1.0)
     authoritative_attribute: str | None = "cognition.entropy_score"
     progress_aware: bool = True
+    transient_retries: int = Field(TRANSIENT_RETRIES, ge=0)
 
     @model_validator(mode="after")
     def _loop_below_warning(self) -> EntropyConfig:
@@ -121,7 +126,8 @@ class EntropyDetector(Detector):
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
-        counted = not cfg.progress_aware or (step.kind == "tool" and step.novel is not None)
+        counted = not cfg.progress_aware or (step.kind == "tool" and step.novel is not None
+                                             and not retrying(step, cfg.transient_retries))
         if counted:
             entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
                                      else (step.intent, step.name, step.outcome))

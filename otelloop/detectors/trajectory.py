@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from otelloop.bounds import InternTable
-from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.detectors.windows import Slide, Windows
 from otelloop.mapping.results import BLANK, FAILED
@@ -90,6 +90,10 @@ class TrajectoryConfig(DetectorConfig):
         similarity_threshold: cosine at or above which two descriptors are similar. Default: 0.85.
         weights: score added per loop type (see :class:`TrajectoryWeights`). Default: stutter 2.0,
             semantic_repeat 1.5, phantom_progress 1.0, ping_pong 1.5.
+        transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
+            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
+            evidence of a loop; from the next attempt on, the whole row counts. With
+            ``progress_aware`` only. Default: 7.
         progress_aware: loop types count only steps that brought nothing new (a result seen before
             in the session, a result that says nothing, a write that restores a version the file had),
             so repetition with progress — batches, polling that completes, retries that succeed — is
@@ -111,6 +115,7 @@ class TrajectoryConfig(DetectorConfig):
     similarity_threshold: float = Field(0.85, gt=0, le=1)
     weights: TrajectoryWeights = TrajectoryWeights()
     progress_aware: bool = True
+    transient_retries: int = Field(TRANSIENT_RETRIES, ge=0)
     min_repeats: int = Field(4, ge=2, le=10)
 
     @field_validator("stop_threshold")
@@ -209,6 +214,8 @@ class TrajectoryDetector(Detector):
         if step.kind != "tool":
             return
         cfg = self.config
+        if cfg.progress_aware and retrying(step, cfg.transient_retries):
+            return
         if len(state.history) > cfg.history:  # a reload shrank the history
             state.history = state.history[-cfg.history:]
         entry = _interned(self._entry(step))

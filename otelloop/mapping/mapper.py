@@ -21,6 +21,7 @@ from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
+from otelloop.mapping.results import TRANSIENT, transient_failure
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
 from otelloop.otlp.scan import Resource, SpanInfo, event_key
@@ -86,6 +87,9 @@ EVENT_SOURCES: tuple[tuple[str, str, str], ...] = tuple(
 _INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
 _OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
 _COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "operation.cost")
+#: Status codes of a failed call (OTel semantic conventions), read to tell a transient failure.
+_HTTP_STATUS_KEYS = ("http.response.status_code", "http.status_code")
+_GRPC_STATUS_KEYS = ("rpc.grpc.status_code",)
 _PROGRESS = ("otelloop.progress.diff_hash", "otelloop.progress.failing_tests",
              "otelloop.progress.failure_signature", "otelloop.state_hash")
 
@@ -94,7 +98,7 @@ SPAN_KEYS = frozenset(
     [*_EXPLICIT_KEYS, "otelloop.intent", "error.type", "gen_ai.prompt", *(k for k, _, _ in _KIND_RULES),
      *_MODEL_KEYS, *_TOOL_NAME_KEYS, _LANGSMITH_NODE_KEY,
      *_SESSION_KEYS, *_AGENT_KEYS, *_NODE_KEYS, *_ARGS_KEYS, *_TOOL_ARGS_KEYS, *_OUTPUT_KEYS,
-     *_INPUT_TOKEN_KEYS, *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS])
+     *_INPUT_TOKEN_KEYS, *_OUTPUT_TOKEN_KEYS, *_COST_KEYS, *_PROGRESS, *_HTTP_STATUS_KEYS, *_GRPC_STATUS_KEYS])
 
 _STATUS_ERROR = 2
 #: Estimated bytes of a tool-facts memo entry besides its strings: key and value tuples, hashes.
@@ -193,7 +197,8 @@ def _plan(kind: str, rule: MappingRule | None, group_by_session: bool) -> Plan:
             (STRING, ("otelloop.intent",), "intent"), (TEXT, args, "args"), (TEXT, output, "output"),
             (STRING, ("error.type",), "error"), (COUNT, _INPUT_TOKEN_KEYS if usage else (), "input_tokens"),
             (COUNT, _OUTPUT_TOKEN_KEYS if usage else (), "output_tokens"),
-            (AMOUNT, _COST_KEYS if usage else (), "cost"))
+            (AMOUNT, _COST_KEYS if usage else (), "cost"), (STRING, _HTTP_STATUS_KEYS, "status"),
+            (STRING, _GRPC_STATUS_KEYS, "status"))
 
 
 class _CompiledRule:
@@ -288,7 +293,7 @@ class Mapper:
         ``execute_tool <name>`` names the tool when none of them is set.
         """
         (name, session, agent, model, op, intent, args, output, error_type, tokens_in, tokens_out,
-         cost) = reads
+         cost, http_status, grpc_status) = reads
         span_name, trace_hex = info.name, info.trace_id
         if name is None:  # a tool's name may be in its span name; a rule's name attribute falls back to it
             name = span_name.removeprefix("execute_tool ") if tool_names else span_name
@@ -319,6 +324,10 @@ class Mapper:
             node = self._node(span, res, span_name, errors)
             step.node = names.get(node) or new(node)
         self._io(step, args, output, error_type, info)
+        if step.outcome == "error" and transient_failure(
+                _error_text(info, error_type), error_type, info.exception[0] if info.exception else None,
+                http_status, grpc_status):
+            step.result_flags |= TRANSIENT
         if span and not _PROGRESS_KEYS.isdisjoint(span):
             for key, field, read in _PROGRESS_READS:
                 if key in span:

@@ -31,6 +31,8 @@ BLANK = 1
 FAILED = 2
 #: The result only acknowledges an action (``ok``, ``Saved``, ``File written successfully``).
 ACK = 4
+#: The failure is transient by its status (see :func:`transient_failure`): retrying it may succeed.
+TRANSIENT = 8
 
 #: Results longer than this are never blank or acknowledgements; only their tail is searched for a
 #: failure summary.
@@ -192,3 +194,44 @@ def _says_nothing(text: str, lowered: str) -> bool:
     if text.isascii() and _BLANK_HINTS.search(lowered) is None:
         return False
     return _BLANK_WORDS.search(text) is not None
+
+
+#: HTTP status codes that a retry may cure (RFC 9110 §15: 408 Request Timeout, 425 Too Early, 429 Too Many
+#: Requests, 500 Internal Server Error, 502 Bad Gateway, 503 Service Unavailable, 504 Gateway Timeout).
+TRANSIENT_HTTP = frozenset({"408", "425", "429", "500", "502", "503", "504"})
+#: gRPC status codes a retry may cure, by number and name (grpc/doc/statuscodes.md: DEADLINE_EXCEEDED 4,
+#: RESOURCE_EXHAUSTED 8, UNAVAILABLE 14).
+TRANSIENT_GRPC = frozenset({"4", "8", "14", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "UNAVAILABLE"})
+_CODES = "408|425|429|500|502|503|504"
+#: A transient HTTP status code in an error's text, where it reads as a status and not as a count: next
+#: to a reason phrase in any language (the next word starts with a capital or a non-Latin letter: ``429
+#: Too Many Requests``, ``429 Zu viele Anfragen``, ``429 リクエストが多すぎます``), after ``HTTP`` (``HTTP/1.1
+#: 503``, ``HTTP 503``), or as the value of a JSON ``status``/``status_code``/``code`` field.
+_STATUS_IN_TEXT = re.compile(
+    rf"(?<![\w.])(?:{_CODES})(?![\w.])[:,]?\s*(?=[A-Z]|[^\W\da-zA-Z_])"
+    rf"|HTTP(?:/[\d.]+)?\s+(?:{_CODES})(?!\d)"
+    rf"|[\"'](?:status|status_?code|statusCode|code)[\"']\s*:\s*[\"']?(?:{_CODES})(?![\w.])")
+#: Exception class names of timeouts and rate limits in the languages agents' tools are written in
+#: (Python ``TimeoutError``, Java ``SocketTimeoutException``, .NET ``TimeoutException``, Go
+#: ``DeadlineExceeded``, SDKs' ``RateLimitError``): a hint, never required.
+_TRANSIENT_CLASS = re.compile(r"Time(?:d)?[Oo]ut|DeadlineExceeded|RateLimit|Throttl")
+
+
+def transient_failure(text: str, error_type: str | None = None, exception_type: str | None = None,
+                      http_status: str | None = None, grpc_status: str | None = None) -> bool:
+    """Whether a failed step failed transiently: a retry of the same call may succeed.
+
+    Decided from the status first: an HTTP status code (the span's ``http.response.status_code``, or
+    ``error.type`` holding one, as OTel semantic conventions record it), a gRPC status code
+    (``rpc.grpc.status_code``, or ``error.type`` holding its name); then from a status code written in the
+    error's text (see :data:`_STATUS_IN_TEXT`); and, as a hint, from the class name of the error type or
+    exception (a timeout or rate-limit class). Other client errors (400, 404, …) stay ordinary failures.
+    """
+    if http_status is not None:
+        return http_status in TRANSIENT_HTTP
+    if grpc_status is not None:
+        return grpc_status in TRANSIENT_GRPC
+    for name in (error_type, exception_type):
+        if name and (name in TRANSIENT_HTTP or name in TRANSIENT_GRPC or _TRANSIENT_CLASS.search(name)):
+            return True
+    return _STATUS_IN_TEXT.search(text[-_FAILURE_TAIL_CHARS:]) is not None
