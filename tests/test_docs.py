@@ -232,6 +232,17 @@ def test_links_between_docs_resolve() -> None:
     assert broken == []
 
 
+def test_repository_files_named_in_the_docs_exist() -> None:
+    """A file of this repository quoted in an example (`otelloop analyze benchmarks/corpus/…`) is there."""
+    missing = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for path in re.findall(r"(?<![\w/.])((?:benchmarks|tests|collector-config|helm|scripts)/[\w./-]+\.\w+)",
+                               md.read_text()):
+            if "*" not in path and not (ROOT / path).exists():
+                missing.append(f"{md.name}: {path}")
+    assert missing == []
+
+
 def test_architecture_module_map_names_every_module() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text[text.index("## Where each concern lives"):text.index("## Adding a detector")]
