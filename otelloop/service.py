@@ -275,8 +275,9 @@ class Service:
 
 
 def _address(endpoint: str, port: int) -> str:
+    """``host:port`` as a client would write it: an IPv6 host in brackets (``[::1]:4317``)."""
     host, _ = split_host_port(endpoint)
-    return f"{host}:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _server_ssl(config: Config, client_certs: bool):  # type: ignore[no-untyped-def]

@@ -279,3 +279,13 @@ def test_invalid_config_fails_before_any_port_opens(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # the port was never taken
 
+
+
+def test_bound_addresses_write_an_ipv6_host_in_brackets() -> None:
+    """The ready file's addresses are what a client dials: ``[::1]:4317``, not ``::1:4317``."""
+    from otelloop.service import _address
+
+    assert _address("[::1]:0", 4317) == "[::1]:4317"
+    assert _address("[::]:0", 9464) == "[::]:9464"
+    assert _address("127.0.0.1:0", 4318) == "127.0.0.1:4318"
+    assert _address("localhost:0", 4318) == "localhost:4318"
