@@ -121,7 +121,9 @@ def test_the_memory_guard_sheds_and_becomes_ready_again(serve: Any, grpc_sink: A
         assert o.metric("otelloop_sessions_active") > 0  # the most recent sessions are kept
         export(_sessions_request(10**9, 10), timeout=30)  # and new work is accepted again
     assert o.metric("otelloop_memory_sheds_total") == 1
-    assert o.stderr.count("above limits.memory_mib") == 1, o.stderr
+    assert o.stderr.count("MiB above limits.memory_mib") == 1, o.stderr  # the shed, logged once
+    # Memory the accounting does not see (the allocator's reuse) may be said too, once a while, never shed.
+    assert o.stderr.count("MiB stays above limits.memory_mib") <= 1, o.stderr
     print(f"robustness: memory guard at {limit} MiB: shed {shed:.0f} sessions after {n + 1} requests, "
           f"{refused} refused, ready again; RSS now {o.rss_mib():.0f} MiB")
     assert o.metric("otelloop_memory_accounted_bytes") <= 0.9 * limit * (1 << 20)
