@@ -921,6 +921,18 @@ def _template(msgs: list[ExportTraceServiceRequest], rng: random.Random) -> Span
     return rng.choice(ok) if ok else None
 
 
+def _healthy_start(run: dict[str, Any], requests: Requests, seed: int, *key: object
+                   ) -> tuple[list[ExportTraceServiceRequest], random.Random, Span] | None:
+    """What a healthy pattern is synthesised from: the run's decoded requests, its seeded random source and a
+    successful tool call to copy; None for a loop run or a run without such a call."""
+    if not _healthy(run):
+        return None
+    msgs = decode(requests)
+    rng = _rng(seed, run["id"], *key)
+    tmpl = _template(msgs, rng)
+    return None if tmpl is None else (msgs, rng, tmpl)
+
+
 def _relabelled(run: dict[str, Any], added: int, name: str) -> dict[str, Any]:
     return {**run, "id": f"{run['id']}~{name}", "tool_calls": run["tool_calls"] + added, "label": "healthy",
             "loop_start": None}
@@ -934,13 +946,10 @@ def retry_succeeds(n: int) -> Transform:
 
         Label rule: healthy. A retry that succeeds is progress; it is what a client library does.
         """
-        if not _healthy(run):
+        start = _healthy_start(run, requests, seed, "retry", n)
+        if start is None:
             return None
-        msgs = decode(requests)
-        rng = _rng(seed, run["id"], "retry", n)
-        tmpl = _template(msgs, rng)
-        if tmpl is None:
-            return None
+        msgs, rng, tmpl = start
         exc, msg = rng.choice(_TRANSIENT)
         dialect = run["dialect"]
 
@@ -962,13 +971,10 @@ def poll_succeeds(n: int) -> Transform:
 
         Label rule: healthy. The job completes; waiting for it is the agent's work.
         """
-        if not _healthy(run):
+        start = _healthy_start(run, requests, seed, "poll", n)
+        if start is None:
             return None
-        msgs = decode(requests)
-        rng = _rng(seed, run["id"], "poll", n)
-        tmpl = _template(msgs, rng)
-        if tmpl is None:
-            return None
+        msgs, rng, tmpl = start
         dialect, job = run["dialect"], f"job-{rng.randrange(10_000, 99_999)}"
         with_progress, as_json = rng.random() < 0.5, rng.random() < 0.5
 
@@ -1004,13 +1010,10 @@ _EMPTY = ("", "[]", "{}", "null", "No results.")
 
 def batch(kind: str, size: int = 8) -> Transform:
     def transform(run: dict[str, Any], requests: Requests, seed: int) -> tuple[dict[str, Any], Requests] | None:
-        if not _healthy(run):
+        start = _healthy_start(run, requests, seed, "batch", kind)
+        if start is None:
             return None
-        msgs = decode(requests)
-        rng = _rng(seed, run["id"], "batch", kind)
-        tmpl = _template(msgs, rng)
-        if tmpl is None:
-            return None
+        msgs, rng, tmpl = start
         dialect = run["dialect"]
         tool, arg = rng.choice((("check_health", "service"), ("notify_owner", "ticket_id"),
                                 ("lookup_customer", "email"), ("get_inventory", "sku")))
