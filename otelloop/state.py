@@ -45,7 +45,7 @@ VERDICT_HISTORY = 8
 FINDING_MESSAGE_CHARS = 600
 VERDICT_MESSAGE_CHARS = 600
 REASON_CHARS = 200
-#: Longest agent or service name shown (redacted on the way out).
+#: Longest agent, service or environment name shown (redacted on the way out).
 NAME_CHARS = 200
 #: Evidence kept per remembered finding: at most this many attributes, each value cut to this length.
 EVIDENCE_ITEMS = 10
@@ -76,7 +76,7 @@ class Session:
     """Everything otelloop remembers about one session; its size does not grow with its length."""
 
     __slots__ = (
-        "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
+        "id", "agent", "service", "environment", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
         "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
         "seen", "acked_ms",
@@ -86,6 +86,9 @@ class Session:
         self.id = session_id
         self.agent = ""
         self.service = ""
+        #: the deployment environment its spans' resource names (``deployment.environment.name``); a
+        #: name the mapper bounded like the service's
+        self.environment = ""
         self.first_start_ns = 0
         self.last_end_ns = 0
         self.last_seen = now
