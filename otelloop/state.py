@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from otelloop.bounds import deep_size, truncate
 from otelloop.delivery import SeenSpans
-from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
 from otelloop.redact import redact
@@ -70,6 +69,22 @@ SIZE_SAMPLE = 64
 SIZE_ESTIMATE_TTL = 5.0
 #: Sessions looked at between two chances for the event loop to run, when a list is ranked in slices.
 RANK_BATCH = 1024
+#: detector name → its place in a session's list of detector states (see :func:`slot`)
+_SLOTS: dict[str, int] = {}
+
+
+def slot(detector: str) -> int:
+    """The place of ``detector``'s state in every session's list of detector states, given on first ask.
+
+    Why a list and not a dict per session: a list of a few states costs a third of a dict of them, and
+    there is one per session. A name keeps its place for the life of the process (a reconfigured
+    engine finds its detectors' states where they were). The store owns this layout; the detectors
+    know nothing of it.
+    """
+    place = _SLOTS.get(detector)
+    if place is None:
+        place = _SLOTS[detector] = len(_SLOTS)
+    return place
 
 
 class Session:
@@ -96,7 +111,7 @@ class Session:
         self.cost_usd = 0.0
         self.input_tokens = 0
         self.output_tokens = 0
-        #: detector states, each at its detector's place (``otelloop.detectors.registry.slot``); None
+        #: detector states, each at its detector's place (:func:`slot`); None
         #: for a detector that has not seen a step of the session
         self.states: list[Any] = []
         #: detector name -> (verdict, reason, message) for detectors currently raising the verdict
@@ -131,8 +146,8 @@ class Session:
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""
-        place = slot(detector)
-        return self.states[place] if place < len(self.states) else None
+        place = _SLOTS.get(detector)
+        return self.states[place] if place is not None and place < len(self.states) else None
 
     def remember(self, finding: Finding, step: Step | None = None) -> None:
         """Keep a redacted, bounded copy of a finding and of the call it was raised on (``step``); a repeat

@@ -18,9 +18,6 @@ from otelloop.detectors.base import Detector
 log = logging.getLogger(__name__)
 
 _REGISTRY: dict[str, type[Detector]] = {}
-#: detector name -> its place in a session's list of detector states; a name keeps its place for the
-#: life of the process (a list of a few states costs a third of a dict of them, per session)
-_SLOTS: dict[str, int] = {}
 _entry_points_loaded = False
 
 D = TypeVar("D", bound=type[Detector])
@@ -33,14 +30,8 @@ def register(cls: D) -> D:
     if existing is not None and existing is not cls:
         raise ValueError(f"a detector named {name!r} is already registered ({existing.__module__})")
     _REGISTRY[name] = cls
-    _SLOTS.setdefault(name, len(_SLOTS))
     register_section(name, cls.Config, cls.profiles)
     return cls
-
-
-def slot(name: str) -> int:
-    """The place of detector ``name``'s state in a session's state list (see :class:`otelloop.state.Session`)."""
-    return _SLOTS[name]
 
 
 def unregister(name: str) -> None:
