@@ -200,9 +200,9 @@ def test_console_shows_what_repeated_not_a_hash(serve: Any, page: Any, tmp_path:
     """Also takes the README's screenshot: ``OTELLOOP_CONSOLE_PNG=docs/console.png pytest -k what_repeated``."""
     served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL,
                                                              "dashboard_url": "http://grafana:3000/d/otelloop"}})
-    healthy_agent(served.grpc)
+    healthy_agent(served.grpc, resource={"deployment.environment.name": "staging"})
     support_agent_without_content(served.grpc, reservations=3)
-    looping = looping_agent(served.grpc)
+    looping = looping_agent(served.grpc, resource={"deployment.environment.name": "production"})
     _unlock(page, served)
     page.locator(f'#alerts > li[data-session="{looping}"]').get_by_role("button", name="Inspect", exact=True).click()
     detail = page.locator("#detail")
