@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -58,7 +59,8 @@ def one_span_request(i: int, attrs: dict[str, str | int], name: str, service: st
                 attributes=[_kv(k, v) for k, v in attrs.items()])
     rs = ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])
     rs.resource.attributes.append(_kv("service.name", service))
-    return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    data: bytes = ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    return data
 
 
 def service_request(service: int, models: int) -> bytes:
@@ -73,7 +75,8 @@ def service_request(service: int, models: int) -> bytes:
                           end_time_unix_nano=T0 + 10**8, attributes=attrs))
     rs = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])
     rs.resource.attributes.append(_kv("service.name", f"service-{service}"))
-    return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    data: bytes = ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    return data
 
 
 def long_name_request(i: int, field: str, size: int) -> bytes:
@@ -97,7 +100,7 @@ def long_name_request(i: int, field: str, size: int) -> bytes:
     return one_span_request(i, attrs, span_name, service)
 
 
-def start_server(tmp: Path, config: dict) -> tuple[subprocess.Popen, dict[str, str]]:
+def start_server(tmp: Path, config: dict[str, Any]) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     import yaml
 
     (tmp / "c.yaml").write_text(yaml.safe_dump(config))

@@ -45,7 +45,7 @@ async def main(target: str, seconds: float, concurrency: int, batch_file: str) -
     async with grpc.aio.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
         call = ch.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
         await call(batches[0][0], timeout=30)  # warm-up
-        acked = {"requests": 0, "spans": 0, "refused": 0}
+        acked: dict[str, float] = {"requests": 0, "spans": 0, "refused": 0}
         end = time.perf_counter() + seconds
         cursor = iter(range(1 << 62))
 

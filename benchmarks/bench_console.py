@@ -28,7 +28,7 @@ from workload import build_batch
 
 from otelloop.admin import AdminAPI
 from otelloop.config import build_config
-from otelloop.events import FLUSH_INTERVAL, EventHub
+from otelloop.events import FLUSH_INTERVAL, EventHub, StreamClient
 from otelloop.pipeline import Pipeline
 from otelloop.telemetry import Metrics
 
@@ -40,6 +40,14 @@ def cpu_per_span(pipeline: Pipeline, batches: list[bytes]) -> float:
     for d in decoded:
         spans += pipeline.process(d).spans
     return 1e6 * (time.process_time() - started) / spans
+
+
+def subscribe(hub: EventHub, n: int) -> list[StreamClient]:
+    """``n`` stream clients that never write (the hub is sized to take them all)."""
+    clients = [hub.subscribe(lambda: None) for _ in range(n)]
+    taken = [c for c in clients if c is not None]
+    assert len(taken) == n, "the hub refused a client"
+    return taken
 
 
 async def main() -> None:
@@ -58,8 +66,8 @@ async def main() -> None:
         n = min(per, args.live_sessions - k)
         pipeline.process(pipeline.decode(build_batch(4 * n, n, seed=10_000 + k, session_base=1_000_000_000 + k)))
     batches = [build_batch(512, 16, seed=i, session_base=(i % 64) * 16) for i in range(args.batches * 4)]
-    for b in batches:  # warm: the workload's sessions exist and loop
-        pipeline.process(pipeline.decode(b))
+    for batch in batches:  # warm: the workload's sessions exist and loop
+        pipeline.process(pipeline.decode(batch))
     print(f"{len(pipeline.store):,} live sessions, {pipeline.store.verdict_counts()}, "
           f"{len(pipeline.store.alerts):,} alerting", flush=True)
 
@@ -69,7 +77,7 @@ async def main() -> None:
     chunk = batches[:args.batches]
     for _ in range(args.rounds):
         without.append(cpu_per_span(pipeline, chunk))
-        clients = [hub.subscribe(lambda: None) for _ in range(args.pages)]
+        clients = subscribe(hub, args.pages)
         with_.append(cpu_per_span(pipeline, chunk))
         for c in clients:
             hub.unsubscribe(c)
@@ -79,12 +87,12 @@ async def main() -> None:
           f"{' '.join(f'{x:.1f}' for x in with_)})", flush=True)
 
     spans_per_s = 1e6 / a
-    clients = [hub.subscribe(lambda: None) for _ in range(args.pages)]
+    clients = subscribe(hub, args.pages)
     per_flush = max(1, int(spans_per_s * FLUSH_INTERVAL / 512))
     flushes = []
     for r in range(5):
-        for b in batches[r * per_flush % len(batches):][:per_flush] or batches[:per_flush]:
-            pipeline.process(pipeline.decode(b))
+        for batch in batches[r * per_flush % len(batches):][:per_flush] or batches[:per_flush]:
+            pipeline.process(pipeline.decode(batch))
         pending = len(hub._pending)
         started = time.process_time()
         hub.flush()
@@ -107,8 +115,8 @@ async def main() -> None:
             times = []
             for _ in range(20):
                 started = time.process_time()
-                r = await http.get(path)
-                await r.read()
+                response = await http.get(path)
+                await response.read()
                 times.append(1e3 * (time.process_time() - started))
             lists[path] = statistics.median(times)
             print(f"list {path}: {lists[path]:.2f} ms CPU (request included)", flush=True)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -48,7 +49,7 @@ def send(target: str, data: bytes) -> tuple[str, float]:
     return status, time.perf_counter() - started
 
 
-def run_case(case: str, protocol: str, limit: int, tmp: Path) -> dict:
+def run_case(case: str, protocol: str, limit: int, tmp: Path) -> dict[str, Any]:
     sink = subprocess.Popen([sys.executable, str(HERE / "limited_sink.py"), str(limit)],
                             stdout=subprocess.PIPE, text=True)
     ports = json.loads(sink.stdout.readline())  # type: ignore[union-attr]

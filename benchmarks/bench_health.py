@@ -103,7 +103,7 @@ def send_grpc(target: str, data: bytes) -> str:
             call(data, timeout=900)
             return "OK"
         except grpc.RpcError as e:
-            return e.code().name
+            return str(e.code().name)
 
 
 def send_json(address: str, body: bytes) -> str:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from procinfo import cpu_seconds
@@ -36,18 +37,17 @@ DETECTORS = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")
 
 
 def pinned(cpu: int, cmd: list[str]) -> list[str]:
-    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1
-            else []) + cmd
+    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []) + cmd
 
 
-def start(cmd: list[str], **kw) -> tuple[subprocess.Popen, str]:  # type: ignore[no-untyped-def]
+def start(cmd: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
     line = p.stdout.readline().strip()  # type: ignore[union-attr]
     return p, line
 
 
 def start_otelloop(tmp: Path, upstream: str, detectors: str,
-                   live_sessions: int = 0) -> tuple[subprocess.Popen, dict[str, str]]:
+                   live_sessions: int = 0) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     import yaml
 
     config = {"exporter": {"endpoint": upstream, "compression": "none"},
@@ -83,10 +83,11 @@ def prefill(target: str, sessions: int) -> None:
 
 
 def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency: int, live_sessions: int = 0,
-             event_clients: int = 0) -> dict:
+             event_clients: int = 0) -> dict[str, Any]:
     sink, sink_port = start(pinned(1, [sys.executable, str(HERE / "sink.py"), "0"]))
     upstream = f"127.0.0.1:{sink_port}"
     watchers = None
+    server: subprocess.Popen[Any]  # text from passthrough.py's first line, bytes from otelloop's ready file
     if mode == "passthrough":
         server, port = start(pinned(0, [sys.executable, str(HERE / "passthrough.py"), "0", upstream]))
         target = f"127.0.0.1:{port}"
@@ -106,7 +107,7 @@ def run_mode(mode: str, tmp: Path, batch_file: Path, seconds: float, concurrency
                                         str(concurrency), str(batch_file)]),
                              capture_output=True, text=True, check=True).stdout
         cpu = cpu_seconds(server.pid) - cpu0
-        result = json.loads(out.strip().splitlines()[-1])
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     finally:
         if watchers is not None:
             watchers.send_signal(signal.SIGTERM)

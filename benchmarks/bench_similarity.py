@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from otelloop.config import build_config
 from otelloop.detectors.base import StepContext
-from otelloop.detectors.trajectory import TrajectoryDetector
+from otelloop.detectors.trajectory import TrajectoryDetector, TrajectoryState
 from otelloop.model import Step
 from otelloop.similarity import CachedBackend, get_backend, missing_embedding_modules
 
@@ -48,7 +48,7 @@ def measure(backend_name: str, shape: str, steps: int) -> tuple[float, str]:
     backend = get_backend(backend_name)
     if isinstance(backend, CachedBackend):
         backend.clear()
-    states: dict[str, object] = {}
+    states: dict[str, TrajectoryState] = {}
     source = looping_steps(steps) if shape == "looping" else fresh_steps(steps)
     started = time.process_time()
     for step in source:

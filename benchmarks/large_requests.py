@@ -36,7 +36,8 @@ def identical_tool_spans(n: int) -> bytes:
         span = ss.spans.add(trace_id=(7).to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"),
                             name="read_file", start_time_unix_nano=T0)
         span.attributes.extend(attributes)
-    return request.SerializeToString()
+    data: bytes = request.SerializeToString()
+    return data
 
 
 def tool_spans(n: int) -> bytes:
@@ -50,7 +51,8 @@ def tool_spans(n: int) -> bytes:
                             name=tool, start_time_unix_nano=T0 + i * 1000,
                             end_time_unix_nano=T0 + i * 1000 + 500)
         span.attributes.append(KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value=tool)))
-    return request.SerializeToString()
+    data: bytes = request.SerializeToString()
+    return data
 
 
 def as_otlp_json(data: bytes) -> bytes:

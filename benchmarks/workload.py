@@ -59,4 +59,5 @@ def build_batch(n: int = 512, sessions: int = 16, seed: int = 1, session_base: i
                 _kv("gen_ai.tool.call.arguments", json.dumps({"query": f"weather in city {i % 11}", "page": i % 3})),
                 _kv("gen_ai.tool.call.result", f"{i % 5} results"),
                 _kv("gen_ai.usage.input_tokens", 0)])
-    return req.SerializeToString()
+    data: bytes = req.SerializeToString()
+    return data

@@ -835,8 +835,9 @@ static int key_is(Cur key, const char *s) {
     return key.p != NULL && (size_t)(key.end - key.p) == n && memcmp(key.p, s, n) == 0;
 }
 
-/* Resource → (wanted attributes or None, service.name). */
-static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **service) {
+/* Resource → (wanted attributes or None, service.name, deployment.environment.name and the older
+ * deployment.environment: env[0] and env[1], each NULL until seen). */
+static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **service, PyObject **env) {
     uint32_t f;
     int wt;
     while (next_field(&c, &f, &wt)) {
@@ -844,6 +845,8 @@ static int read_resource(Scanner *sc, Cur c, PyObject **attrs, PyObject **servic
         if (f == 1 && wt == WT_LEN) {
             if (!rd_len(&c, &kv) || !collect_attr(sc, kv, attrs) || !kv_key(kv, &key)) return 0;
             if (key_is(key, "service.name") && !kv_string(sc, kv, service)) return 0;
+            if (key_is(key, "deployment.environment.name") && !kv_string(sc, kv, &env[0])) return 0;
+            if (key_is(key, "deployment.environment") && !kv_string(sc, kv, &env[1])) return 0;
         } else if (!skip(&c, f, wt)) {
             return 0;
         }
@@ -1200,27 +1203,42 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
         }
         if (!rd_len(&c, &rs)) goto malformed;
         /* The resource first, wherever it sits: spans need to know whether it carries wanted keys. */
-        PyObject *rattrs = NULL, *service = PyUnicode_FromStringAndSize("", 0);
+        PyObject *rattrs = NULL, *service = PyUnicode_FromStringAndSize("", 0), *env[2] = {NULL, NULL};
         if (service == NULL) goto done;
         Cur walk = rs, sub;
         uint32_t g;
         int gwt;
         while (next_field(&walk, &g, &gwt)) {
             if (g == 1 && gwt == WT_LEN) {
-                if (!rd_len(&walk, &sub) || !read_resource(sc, sub, &rattrs, &service)) {
+                if (!rd_len(&walk, &sub) || !read_resource(sc, sub, &rattrs, &service, env)) {
                     Py_XDECREF(rattrs);
                     Py_DECREF(service);
+                    Py_XDECREF(env[0]);
+                    Py_XDECREF(env[1]);
                     goto malformed;
                 }
             } else if (!skip(&walk, g, gwt)) {
                 Py_XDECREF(rattrs);
                 Py_DECREF(service);
+                Py_XDECREF(env[0]);
+                Py_XDECREF(env[1]);
                 goto malformed;
             }
         }
+        /* The environment: deployment.environment.name, or the older deployment.environment when it
+         * names none (semantic conventions 1.27 renamed the attribute). */
+        PyObject *environment = env[0] != NULL && PyUnicode_GET_LENGTH(env[0]) > 0 ? env[0] : env[1];
+        environment = environment != NULL ? Py_NewRef(environment) : PyUnicode_FromStringAndSize("", 0);
+        Py_XDECREF(env[0]);
+        Py_XDECREF(env[1]);
+        if (environment == NULL) {
+            Py_XDECREF(rattrs);
+            Py_DECREF(service);
+            goto done;
+        }
         int resource_wanted = rattrs != NULL;
         PyObject *rdict = rattrs; /* borrowed once entry holds it */
-        PyObject *entry = Py_BuildValue("(NN)", rattrs ? rattrs : Py_NewRef(Py_None), service);
+        PyObject *entry = Py_BuildValue("(NNN)", rattrs ? rattrs : Py_NewRef(Py_None), service, environment);
         if (entry == NULL || PyList_Append(resources, entry) < 0) {
             Py_XDECREF(entry);
             goto done;

@@ -5,8 +5,8 @@ from typing import Any, Final, final
 
 from _typeshed import structseq
 
-#: (attributes the resource carries of the wanted keys, or None; its service.name)
-_Resource = tuple[dict[str, Any] | None, str]
+#: (attributes the resource carries of the wanted keys, or None; its service.name; its environment)
+_Resource = tuple[dict[str, Any] | None, str, str]
 #: (slow keys, kind rules, {kind: plan}, kinds that keep their attribute dict): otelloop.mapping.program.Program
 _Program = tuple[Collection[str], Sequence[Any], dict[str, Any], Collection[str]]
 #: (op, keys, field) of one typed read: otelloop.mapping.reads

@@ -442,6 +442,7 @@ class AdminAPI:
         alert_trace = self.pipeline.store.alerts.get(s.id)
         brief = {
             "session_id": s.id, "agent": redact(s.agent, NAME_CHARS), "service": redact(s.service, NAME_CHARS),
+            "environment": redact(s.environment, NAME_CHARS),
             "verdict": s.verdict, "reason": s.reason,
             "loop_score": s.loop_score, "entropy_score": s.entropy_score,
             "entropy_severity": _entropy_severity(s, views["entropy"]),

@@ -21,8 +21,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, MIN_STRING_BYTES
-from otelloop.detectors.base import DetectorConfig
-from otelloop.detectors.registry import registered
+from otelloop.detector_config import DetectorConfig, sections
 from otelloop.units import Duration, PositiveDuration, parse_duration  # noqa: F401  (re-exported)
 
 #: Detector profiles: ``default`` is tuned to tell loops from progress on real agent traces; ``seed``
@@ -696,7 +695,7 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], str, list[str]]:
     """Each registered detector's config: the profile's defaults, overridden by the file's section."""
-    classes = registered()
+    classes = sections()
     errors: list[str] = []
     if raw is None:
         raw = {}
@@ -710,15 +709,15 @@ def _validate_detectors(raw: Any) -> tuple[dict[str, DetectorConfig], str, list[
         if name != "profile" and name not in classes:
             errors.append(f"detectors.{name}: unknown detector (known: {', '.join(classes)})")
     out: dict[str, DetectorConfig] = {}
-    for name, cls in classes.items():
+    for name, (model, profiles) in classes.items():
         section = raw.get(name) or {}
         if not isinstance(section, Mapping):
             errors.append(f"detectors.{name}: must be a mapping, got {_json(section)}")
             continue
         try:
-            out[name] = cls.Config.model_validate(_merged(cls.profiles.get(profile, {}), section))
+            out[name] = model.model_validate(_merged(profiles.get(profile, {}), section))
         except ValidationError as e:
-            errors.extend(_format_errors(cls.Config, e, ("detectors", name)))
+            errors.extend(_format_errors(model, e, ("detectors", name)))
     return out, profile, errors
 
 

@@ -35,6 +35,9 @@ class Step:
     name: str
     agent: str = ""
     service: str = ""
+    #: The resource's ``deployment.environment.name`` (or the older ``deployment.environment``); "" when
+    #: it names none.
+    environment: str = ""
     node: str | None = None
     model: str | None = None
     intent: str = ""

@@ -602,6 +602,7 @@ def _account(session: Session, group: list[Item],
     last = group[-1][1]
     push_recent(session, [item[1] for item in group[-RECENT_STEPS:]])
     session.service = last.service or session.service
+    session.environment = last.environment or session.environment
     session.cost_usd += cost
     session.input_tokens += tokens_in
     session.output_tokens += tokens_out

@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from otelloop.bounds import deep_size, truncate
 from otelloop.delivery import SeenSpans
-from otelloop.detectors.registry import slot
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
 from otelloop.progress import ProgressState
 from otelloop.redact import redact
@@ -45,7 +44,7 @@ VERDICT_HISTORY = 8
 FINDING_MESSAGE_CHARS = 600
 VERDICT_MESSAGE_CHARS = 600
 REASON_CHARS = 200
-#: Longest agent or service name shown (redacted on the way out).
+#: Longest agent, service or environment name shown (redacted on the way out).
 NAME_CHARS = 200
 #: Evidence kept per remembered finding: at most this many attributes, each value cut to this length.
 EVIDENCE_ITEMS = 10
@@ -70,13 +69,29 @@ SIZE_SAMPLE = 64
 SIZE_ESTIMATE_TTL = 5.0
 #: Sessions looked at between two chances for the event loop to run, when a list is ranked in slices.
 RANK_BATCH = 1024
+#: detector name → its place in a session's list of detector states (see :func:`slot`)
+_SLOTS: dict[str, int] = {}
+
+
+def slot(detector: str) -> int:
+    """The place of ``detector``'s state in every session's list of detector states, given on first ask.
+
+    Why a list and not a dict per session: a list of a few states costs a third of a dict of them, and
+    there is one per session. A name keeps its place for the life of the process (a reconfigured
+    engine finds its detectors' states where they were). The store owns this layout; the detectors
+    know nothing of it.
+    """
+    place = _SLOTS.get(detector)
+    if place is None:
+        place = _SLOTS[detector] = len(_SLOTS)
+    return place
 
 
 class Session:
     """Everything otelloop remembers about one session; its size does not grow with its length."""
 
     __slots__ = (
-        "id", "agent", "service", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
+        "id", "agent", "service", "environment", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
         "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
         "seen", "acked_ms",
@@ -86,6 +101,9 @@ class Session:
         self.id = session_id
         self.agent = ""
         self.service = ""
+        #: the deployment environment its spans' resource names (``deployment.environment.name``); a
+        #: name the mapper bounded like the service's
+        self.environment = ""
         self.first_start_ns = 0
         self.last_end_ns = 0
         self.last_seen = now
@@ -93,7 +111,7 @@ class Session:
         self.cost_usd = 0.0
         self.input_tokens = 0
         self.output_tokens = 0
-        #: detector states, each at its detector's place (``otelloop.detectors.registry.slot``); None
+        #: detector states, each at its detector's place (:func:`slot`); None
         #: for a detector that has not seen a step of the session
         self.states: list[Any] = []
         #: detector name -> (verdict, reason, message) for detectors currently raising the verdict
@@ -128,8 +146,8 @@ class Session:
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""
-        place = slot(detector)
-        return self.states[place] if place < len(self.states) else None
+        place = _SLOTS.get(detector)
+        return self.states[place] if place is not None and place < len(self.states) else None
 
     def remember(self, finding: Finding, step: Step | None = None) -> None:
         """Keep a redacted, bounded copy of a finding and of the call it was raised on (``step``); a repeat

@@ -12,13 +12,15 @@ HOSTILE_TOOL = "<img src=x onerror=alert(1)>"
 SECRET = "sk-live-7Qx9Lm2Vb8Rt4Kp6Zw1Nc3Hd5"
 
 
-def provider(grpc_endpoint: str, service: str) -> Any:
+def provider(grpc_endpoint: str, service: str, resource: dict[str, str] | None = None) -> Any:
+    """An SDK tracer provider exporting to ``grpc_endpoint``, its resource naming ``service`` and carrying
+    ``resource`` (``deployment.environment.name``, …) too."""
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    p = TracerProvider(resource=Resource.create({"service.name": service}))
+    p = TracerProvider(resource=Resource.create({"service.name": service, **(resource or {})}))
     p.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True)))
     return p
 
@@ -42,10 +44,11 @@ def _turn(tracer: Any, node: str, output: str) -> None:
         span.set_attribute("gen_ai.output.messages", output)
 
 
-def looping_agent(grpc_endpoint: str, service: str = "research-agent", cycles: int = 3) -> str:
+def looping_agent(grpc_endpoint: str, service: str = "research-agent", cycles: int = 3,
+                  resource: dict[str, str] | None = None) -> str:
     """A planner/coder graph going round in circles, a failing command with a bearer token in it, and the
     same search six times; returns its session (trace) id."""
-    p = provider(grpc_endpoint, service)
+    p = provider(grpc_endpoint, service, resource)
     tracer = p.get_tracer("console-test")
     with tracer.start_as_current_span("session") as root:
         for k in range(cycles + 1):
@@ -61,8 +64,8 @@ def looping_agent(grpc_endpoint: str, service: str = "research-agent", cycles: i
     return trace_id
 
 
-def healthy_agent(grpc_endpoint: str, service: str = "billing-agent") -> str:
-    p = provider(grpc_endpoint, service)
+def healthy_agent(grpc_endpoint: str, service: str = "billing-agent", resource: dict[str, str] | None = None) -> str:
+    p = provider(grpc_endpoint, service, resource)
     tracer = p.get_tracer("console-test")
     with tracer.start_as_current_span("session") as root:
         for i, tool in enumerate(["read_file", "search_web", "write_file", "run_tests"]):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from click.testing import CliRunner
@@ -165,3 +168,57 @@ def test_check_config_prints_the_suggestion_and_exits_2(tmp_path) -> None:
     assert result.exit_code == 2
     assert "pricing.gpt-4o.input: unknown key (did you mean input_per_mtok?)" in result.output
     assert "unknown placeholder {traceid} (did you mean {trace_id}?)" in result.output
+
+
+def test_detector_sections_are_validated_without_config_importing_a_detector() -> None:
+    """``otelloop.config`` finds the detectors' sections the way plugins are found: in a fresh interpreter
+    that imported nothing else, a detector's section is validated by its own model, with its profile."""
+    code = textwrap.dedent("""
+        import sys
+        from otelloop.config import build_config
+        assert "otelloop.detectors" not in sys.modules
+        config = build_config({"detectors": {"profile": "seed", "rate": {"min_elapsed": "7s"}}}, env={})
+        from otelloop.detectors.registry import registered
+        rate = config.detector("rate")
+        print(type(rate).__module__, rate.min_elapsed, rate.min_steps, list(config.detectors) == list(registered()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["otelloop.detectors.rate", "7.0", "1", "True"]
+
+
+def test_a_registered_detector_has_a_section_until_unregistered() -> None:
+    from typing import ClassVar
+
+    from otelloop.detector_config import DetectorConfig, sections
+    from otelloop.detectors.base import Detector
+    from otelloop.detectors.registry import register, unregister
+
+    class Probe(Detector):
+        name: ClassVar[str] = "probe_section"
+
+        class Config(DetectorConfig):
+            """Attributes:
+                level: a number. Default: 1."""
+
+            level: int = 1
+
+        profiles: ClassVar[dict[str, dict[str, object]]] = {"seed": {"level": 2}}
+
+        def new_state(self) -> None:
+            return None
+
+        def observe(self, state: object, step: object, ctx: object) -> None:
+            return None
+
+    register(Probe)
+    try:
+        assert sections()["probe_section"].model is Probe.Config
+        assert build_config({"detectors": {"profile": "seed"}}, env={}).detector("probe_section").level == 2
+        with pytest.raises(ConfigError, match=r"detectors\.probe_section\.level"):
+            build_config({"detectors": {"probe_section": {"level": "x"}}}, env={})
+    finally:
+        unregister("probe_section")
+    assert "probe_section" not in sections()
+    with pytest.raises(ConfigError, match=r"detectors\.probe_section: unknown detector"):
+        build_config({"detectors": {"probe_section": {}}}, env={})

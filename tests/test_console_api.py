@@ -26,6 +26,7 @@ from spans import request, span, tool_span
 from otelloop.admin import GENERIC_MESSAGES, AdminAPI
 from otelloop.config import build_config
 from otelloop.pipeline import Pipeline
+from otelloop.state import NAME_CHARS
 
 TOKEN = "admin-console-token-9e2b"
 AGENT_TOKEN = "agent-verdict-token-51c0"
@@ -282,6 +283,22 @@ def test_sessions_page_counts_search_and_alerts(serve: Any) -> None:
     assert detail["verdict_history"][-1]["verdict"] == "stop"
     halted = next(f for f in detail["findings"] if f["event"] == "otelloop.loop_halted")
     assert halted["evidence"]["halt_reason"] == "stalled" and "spawn_reviewer" in halted["suggested_actions"]
+
+
+def test_sessions_carry_the_environment_their_resource_names(serve: Any) -> None:
+    """``deployment.environment.name``, else the older ``deployment.environment``; bounded like a service name."""
+    o = serve()
+    current = healthy_agent(o.grpc, service="a", resource={"deployment.environment.name": "production",
+                                                            "deployment.environment": "old-name"})
+    older = healthy_agent(o.grpc, service="b", resource={"deployment.environment": "staging"})
+    long = healthy_agent(o.grpc, service="c", resource={"deployment.environment.name": "eu west " * 600})
+    none = healthy_agent(o.grpc, service="d")
+    listing = {s["session_id"]: s for s in body_of(o, "/v1/sessions", None)["sessions"]}
+    assert listing[current]["environment"] == "production" and listing[older]["environment"] == "staging"
+    assert listing[none]["environment"] == ""
+    cut = listing[long]["environment"]
+    assert cut.startswith("eu west eu") and len(cut) <= NAME_CHARS + 1
+    assert body_of(o, f"/v1/sessions/{current}", None)["environment"] == "production"
 
 
 def test_ranking_is_bounded_and_matches_a_full_sort() -> None:

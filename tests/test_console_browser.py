@@ -200,9 +200,9 @@ def test_console_shows_what_repeated_not_a_hash(serve: Any, page: Any, tmp_path:
     """Also takes the README's screenshot: ``OTELLOOP_CONSOLE_PNG=docs/console.png pytest -k what_repeated``."""
     served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL,
                                                              "dashboard_url": "http://grafana:3000/d/otelloop"}})
-    healthy_agent(served.grpc)
+    healthy_agent(served.grpc, resource={"deployment.environment.name": "staging"})
     support_agent_without_content(served.grpc, reservations=3)
-    looping = looping_agent(served.grpc)
+    looping = looping_agent(served.grpc, resource={"deployment.environment.name": "production"})
     _unlock(page, served)
     page.locator(f'#alerts > li[data-session="{looping}"]').get_by_role("button", name="Inspect", exact=True).click()
     detail = page.locator("#detail")
@@ -260,6 +260,32 @@ def test_console_says_who_and_when_and_what_settings_are_missing(serve: Any, pag
     chats = detail.locator("table.steps tbody tr", has=page.locator("td", has_text="llm"))
     assert chats.count() >= 1
     assert set(chats.locator("td.outcome").all_inner_texts()) == {"–"}
+
+
+def test_console_shows_the_environment_next_to_the_service(serve: Any, page: Any) -> None:
+    """The SDK's resource names the deployment environment: the current attribute, or the one it replaced."""
+    served = serve({"admin": {"token": TOKEN}})
+    looping = looping_agent(served.grpc, resource={"deployment.environment.name": "production"})
+    healthy = healthy_agent(served.grpc, resource={"deployment.environment": "staging"})
+    hostile = hostile_agent(served.grpc)  # names none
+    _unlock(page, served)
+    rows = page.locator("#sessions tbody tr")
+    page.locator(f'#sessions tbody tr[data-session="{hostile}"]').wait_for()
+    cells = {r.get_attribute("data-session"): r.locator("td.service") for r in rows.all()}
+    assert cells[looping].locator(".environment").inner_text() == "production"
+    assert cells[looping].inner_text().startswith("research-agent")
+    assert cells[healthy].locator(".environment").inner_text() == "staging"
+    assert cells[hostile].locator(".environment").count() == 0
+    assert "deployment.environment.name" in (page.locator("#sessions th", has_text="Service").get_attribute("title")
+                                             or "")
+    cells[looping].click()
+    detail = page.locator("#detail")
+    detail.locator(".detail-head", has_text=looping[:16]).wait_for()
+    assert detail.locator("dd.environment").inner_text() == "production"
+    assert "deployment.environment.name" in (detail.locator("dt", has_text="Environment").get_attribute("title") or "")
+    page.locator(f'#sessions tbody tr[data-session="{hostile}"]').click()
+    detail.locator(".detail-head", has_text=hostile[:16]).wait_for()
+    assert detail.locator("dd.environment").inner_text() == "–"
 
 
 def test_console_links_the_dashboard_and_explains_detectors(serve: Any, page: Any) -> None:

@@ -113,7 +113,7 @@ def test_values_of_every_type() -> None:
         KeyValue(key="exception.message", value=any_value(7))])]
     data = request(span("s", attrs, error="boom", events=events), resource={"session.id": "r1"})
     resources, spans, _, _ = assert_same(data)
-    assert resources == [({"session.id": "r1"}, "agent-svc")]
+    assert resources == [({"session.id": "r1"}, "agent-svc", "")]
     (r, name, trace, span_id, start, end, code, message, got, exc, kind, reads), = spans
     assert kind is None and reads is None  # no program: the mapper decides
     assert (r, name, code, message, exc) == (0, "s", 2, "boom", ("ValueError", ""))
@@ -138,7 +138,7 @@ def test_both_readers_hand_over_the_same_named_records() -> None:
 def test_spans_that_cannot_be_steps_are_counted_not_read() -> None:
     data = request(span("plain", {"http.method": "GET"}), span("step", {"gen_ai.operation.name": "chat"}))
     resources, spans, _, _ = assert_same(data)
-    assert resources == [(None, "agent-svc")] and spans[0] is None and spans[1].name == "step"
+    assert resources == [(None, "agent-svc", "")] and spans[0] is None and spans[1].name == "step"
 
 
 def test_several_resources_and_scopes_keep_their_order() -> None:
@@ -149,8 +149,41 @@ def test_several_resources_and_scopes_keep_their_order() -> None:
         return out
     data = ExportTraceServiceRequest(resource_spans=[rs("one", "a", "b", "c"), rs("two", "d")]).SerializeToString()
     resources, spans, _, _ = assert_same(data)
-    assert [s for _, s in resources] == ["one", "two"]
+    assert [s for _, s, _ in resources] == ["one", "two"]
     assert [(s[0], s[1]) for s in spans] == [(0, "a"), (0, "b"), (0, "c"), (1, "d")]
+
+
+ENV, OLD_ENV = "deployment.environment.name", "deployment.environment"
+
+
+@pytest.mark.parametrize(("attrs", "want"), [
+    ([], ""),
+    ([(ENV, "prod")], "prod"),
+    ([(OLD_ENV, "staging")], "staging"),  # the name before semantic conventions 1.27
+    ([(OLD_ENV, "old"), (ENV, "new")], "new"),  # the current name wins, wherever it stands
+    ([(ENV, "new"), (OLD_ENV, "old")], "new"),
+    ([(ENV, ""), (OLD_ENV, "old")], "old"),  # an empty name names no environment
+    ([(ENV, 7), (OLD_ENV, "old")], "old"),  # nor does a value that is not a string
+    ([(ENV, 7)], ""),
+    ([(ENV, "a"), (ENV, "b")], "b"),  # the last of repeated keys, as protobuf reads them
+    ([(OLD_ENV, True)], ""),
+])
+def test_the_environment_is_read_from_the_resource(attrs: list[tuple[str, Any]], want: str) -> None:
+    rs = ResourceSpans(scope_spans=[ScopeSpans(spans=[span("s", {"gen_ai.operation.name": "chat"})])])
+    rs.resource.attributes.extend([KeyValue(key="service.name", value=any_value("svc"))]
+                                  + [KeyValue(key=k, value=any_value(v)) for k, v in attrs])
+    resources, spans, _, _ = assert_same(ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString())
+    assert resources == [(None, "svc", want)] and spans[0] is not None
+
+
+def test_the_environment_of_a_resource_sent_in_two_parts_is_merged_as_protobuf_merges_it() -> None:
+    """A resource field that occurs twice is one resource: the newer name wins even from the first part."""
+    span_bytes = span("s", {"gen_ai.operation.name": "chat"}).SerializeToString()
+    part = [KeyValue(key=ENV, value=any_value("prod")).SerializeToString(),
+            KeyValue(key=OLD_ENV, value=any_value("legacy")).SerializeToString()]
+    rs = _field(1, _field(1, part[0])) + _field(1, _field(1, part[1])) + _field(2, _field(2, span_bytes))
+    resources, _, _, _ = assert_same(_field(1, rs))
+    assert resources == [(None, "", "prod")]
 
 
 def test_long_values_are_left_in_the_request() -> None:
@@ -315,8 +348,12 @@ spans_st = st.builds(
     st.one_of(st.none(), scalars), events_st)
 
 
+#: Resource keys: the wanted ones and those the reader picks out of every resource.
+resource_keys = st.one_of(keys, st.sampled_from(["service.name", ENV, OLD_ENV]))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(spans_st, min_size=1, max_size=4), st.lists(st.tuples(keys, values), max_size=3))
+@given(st.lists(spans_st, min_size=1, max_size=4), st.lists(st.tuples(resource_keys, values), max_size=4))
 def test_generated_requests_read_the_same(spans: list[Span], resource: list[tuple[str, Any]]) -> None:
     rs = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])
     rs.resource.attributes.extend([KeyValue(key=k, value=_any(v)) for k, v in resource])
@@ -534,8 +571,9 @@ program_events = st.lists(st.builds(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(program_attrs, min_size=1, max_size=4), st.lists(st.tuples(st.sampled_from(READ_KEYS), program_values),
-                                                                  max_size=3), st.lists(program_events, max_size=4))
+@given(st.lists(program_attrs, min_size=1, max_size=4),
+       st.lists(st.tuples(st.sampled_from([*READ_KEYS, ENV, OLD_ENV]), program_values), max_size=3),
+       st.lists(program_events, max_size=4))
 def test_the_program_maps_generated_spans_as_the_mapper_does(spans: list, resource: list, events: list) -> None:
     data = _program_request(spans, resource, events)
     _assert_maps_like_the_mapper(data)

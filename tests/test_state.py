@@ -9,7 +9,7 @@ import sys
 from spans import request, span, tool_span
 
 from otelloop.pipeline import Pipeline
-from otelloop.state import Session, SessionStore
+from otelloop.state import Session, SessionStore, slot
 
 
 class Clock:
@@ -184,3 +184,15 @@ def test_recent_step_excerpts_are_redacted_when_shown_and_keep_twenty() -> None:
     assert [s["time_unix_ms"] for s in steps] == list(range(30 - RECENT_STEPS, 30))
     assert all(secret not in s["args"] and secret not in s["result"] for s in steps)
     assert all(len(s["result"]) <= EXCERPT_CHARS and '"n": ' in s["args"] for s in steps)
+
+
+def test_detector_states_have_a_place_per_name_for_the_life_of_the_process() -> None:
+    """The store owns where a detector's state sits in a session: given on first ask, then kept."""
+    first = slot("test_slot_a")
+    assert slot("test_slot_b") == first + 1 and slot("test_slot_a") == first
+    session = Session("s", 0.0)
+    session.states.extend([None] * (first + 2))
+    session.states[first + 1] = "state of b"
+    assert session.state("test_slot_b") == "state of b" and session.state("test_slot_a") is None
+    assert session.state("test_slot_never_placed") is None  # asking a session gives no name a place
+    assert slot("test_slot_never_placed") == first + 2

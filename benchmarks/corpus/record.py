@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = record_one(args.child, args.holdout)
-        print(json.dumps(result))
+        print(json.dumps(record_one(args.child, args.holdout)))
         return 0
     if args.dump:
         return dump(args.dump)

@@ -224,12 +224,16 @@
     }
   }
 
+  const ENVIRONMENT_HELP = "deployment.environment.name of the spans' resource (or the older " +
+    "deployment.environment)";
+
   const COLUMNS = [
     // [label, sort key or null, value for sorting, hover text]
     ["Verdict", "verdict", (s) => state.config.verdicts.indexOf(s.verdict) - (s.ended ? 0.5 : 0), EXPLAIN.verdict],
     ["Session", "session", (s) => s.session_id, "Session id (full id on hover)"],
     ["Agent", "agent", (s) => s.agent, ""],
-    ["Service", "service", (s) => s.service, "service.name of the spans"],
+    ["Service", "service", (s) => s.service, "service.name of the spans, and below it their " +
+      "deployment.environment.name"],
     ["Loop score", "loop_score", (s) => s.loop_score ?? -1, EXPLAIN.loop_score],
     ["Entropy", "entropy", (s) => s.entropy_score ?? 2, EXPLAIN.entropy],
     ["Steps", "steps", (s) => s.steps, EXPLAIN.steps],
@@ -304,7 +308,8 @@
         el("td", {}, verdictChip(s.verdict, s), badges(s)),
         el("td", {class: "mono", title: s.session_id}, short(s.session_id)),
         el("td", {class: "name", title: s.agent}, s.agent || "–"),
-        el("td", {class: "name", title: s.service}, s.service || "–"),
+        el("td", {class: "name service", title: s.service}, s.service || "–", s.environment
+          ? el("span", {class: "environment", title: `${ENVIRONMENT_HELP}: ${s.environment}`}, s.environment) : null),
         el("td", {class: "num", title: EXPLAIN.loop_score}, num(s.loop_score, 2)),
         el("td", {class: "num", title: EXPLAIN.entropy}, num(s.entropy_score, 2),
            s.entropy_severity ? el("span", {class: "chip entropy-" + s.entropy_severity}, s.entropy_severity) : null),
@@ -473,6 +478,7 @@
                 : `gen_ai.conversation.id or session.id of the spans (state.group_by: ${state.config.group_by})`),
       ...fact("Agent", s.agent || "–"),
       ...fact("Service", s.service || "–", "service.name"),
+      ...fact("Environment", s.environment || "–", ENVIRONMENT_HELP, "environment"),
       ...fact("Started", dateOf(started), EXPLAIN.started, "started"),
       ...fact("Last activity", `${dateOf(last)} (${ago(s.idle_seconds)})`, EXPLAIN.last, "last-activity"),
       ...fact("Duration", span(started && last ? (last - started) / 1000 : null), "From the first step's start to " +

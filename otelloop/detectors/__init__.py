@@ -10,6 +10,8 @@ from otelloop.detectors import drift  # noqa: F401
 from otelloop.detectors import entropy  # noqa: F401
 from otelloop.detectors import stall  # noqa: F401
 from otelloop.detectors import trajectory  # noqa: F401
-from otelloop.detectors.registry import register
+from otelloop.detectors.registry import load_entry_points, register
+
+load_entry_points()  # after the built-ins: a plugin cannot take a built-in's name
 
 __all__ = ["register"]

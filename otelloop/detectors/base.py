@@ -1,7 +1,8 @@
 """The detector contract: per-session state, one call per step, findings out.
 
 A detector is a class with a unique ``name`` (equal to its key under ``detectors:`` in the configuration
-and to its ``detector`` metric label), a pydantic ``Config`` model with documented defaults, and two
+and to its ``detector`` metric label), a pydantic ``Config`` model with documented defaults (a
+:class:`~otelloop.detector_config.DetectorConfig`: the configuration owns the base), and two
 methods: ``new_state()`` returns a small per-session state object and ``observe(state, step, ctx)``
 looks at one step and reports through ``ctx``. Detectors do no I/O and keep no global state; the
 engine owns the states, their lifetime and eviction, and isolates a failing detector from the others.
@@ -12,21 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
+from otelloop.detector_config import DetectorConfig
 from otelloop.model import AttrValue, Finding, Step, Verdict
 
-
-class DetectorConfig(BaseModel):
-    """Base of every detector's configuration section.
-
-    Attributes:
-        enabled: run this detector. Default: true.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True
+__all__ = ["TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
 
 
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client

@@ -9,9 +9,9 @@ from typing import Any
 
 from otelloop import progress
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
-from otelloop.detectors.registry import registered, slot
+from otelloop.detectors.registry import registered
 from otelloop.model import Step
-from otelloop.state import Session
+from otelloop.state import Session, slot
 
 log = logging.getLogger(__name__)
 

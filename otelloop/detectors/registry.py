@@ -1,7 +1,9 @@
 """Name → detector class registry.
 
-Built-in detectors register themselves when ``otelloop.detectors`` is imported; third-party detectors
-can be listed under the ``otelloop.detectors`` entry-point group or registered with :func:`register`.
+Built-in detectors register themselves when ``otelloop.detectors`` is imported, which also loads the
+third-party detectors listed under the ``otelloop.detectors`` entry-point group; others can be registered
+with :func:`register`. Registering a detector also registers its configuration section with the config
+side (``otelloop.detector_config``), so that configuration is validated without importing a detector.
 """
 
 from __future__ import annotations
@@ -10,14 +12,12 @@ import logging
 from importlib.metadata import entry_points
 from typing import TypeVar
 
+from otelloop.detector_config import register_section, unregister_section
 from otelloop.detectors.base import Detector
 
 log = logging.getLogger(__name__)
 
 _REGISTRY: dict[str, type[Detector]] = {}
-#: detector name -> its place in a session's list of detector states; a name keeps its place for the
-#: life of the process (a list of a few states costs a third of a dict of them, per session)
-_SLOTS: dict[str, int] = {}
 _entry_points_loaded = False
 
 D = TypeVar("D", bound=type[Detector])
@@ -30,21 +30,19 @@ def register(cls: D) -> D:
     if existing is not None and existing is not cls:
         raise ValueError(f"a detector named {name!r} is already registered ({existing.__module__})")
     _REGISTRY[name] = cls
-    _SLOTS.setdefault(name, len(_SLOTS))
+    register_section(name, cls.Config, cls.profiles)
     return cls
-
-
-def slot(name: str) -> int:
-    """The place of detector ``name``'s state in a session's state list (see :class:`otelloop.state.Session`)."""
-    return _SLOTS[name]
 
 
 def unregister(name: str) -> None:
     """Remove a detector (tests use this to clean up detectors they registered)."""
     _REGISTRY.pop(name, None)
+    unregister_section(name)
 
 
-def _load_entry_points() -> None:
+def load_entry_points() -> None:
+    """Register the detectors other packages publish under the ``otelloop.detectors`` entry-point group
+    (once; ``otelloop.detectors`` calls it after registering the built-ins)."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
@@ -58,7 +56,6 @@ def _load_entry_points() -> None:
 
 def registered() -> dict[str, type[Detector]]:
     """All detector classes by name, in registration order."""
-    import otelloop.detectors  # noqa: F401  (registers the built-ins)
+    import otelloop.detectors  # noqa: F401  (registers the built-ins and the entry-point ones)
 
-    _load_entry_points()
     return dict(_REGISTRY)

@@ -244,7 +244,7 @@ class Mapper:
         self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
         self._tool_cache = TextMemo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
-        #: raw name (tool, agent, service, model, intent, node) → its bounded, shared form
+        #: raw name (tool, agent, service, environment, model, intent, node) → its bounded, shared form
         self._names = TextMemo(4 * self.max_string_bytes)
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
@@ -265,7 +265,7 @@ class Mapper:
         if kind is not None:  # the reader ran the program: kind and reads are done (tool names as below)
             return self._build(info, info.attributes or _EMPTY, resource[0] or _EMPTY, kind,
                                info.reads,  # type: ignore[arg-type]
-                               kind == "tool", resource[1], errors)
+                               kind == "tool", resource[1], resource[2], errors)
         span, res = info.attributes, resource[0]
         if span is None:
             if res is None:
@@ -283,10 +283,10 @@ class Mapper:
         plan = plans[kind]
         res = res or _EMPTY
         return self._build(info, span, res, kind, resolve(span, res, plan, errors), plan[0][1] is _TOOL_NAME_KEYS,
-                           resource[1], errors)
+                           resource[1], resource[2], errors)
 
     def _build(self, info: SpanInfo, span: dict[str, Any], res: dict[str, Any], kind: str, reads: tuple[Any, ...],
-               tool_names: bool, service: str, errors: list[str]) -> Step:
+               tool_names: bool, service: str, environment: str, errors: list[str]) -> Step:
         """The step from the results of its kind's plan (see :func:`_plan`) and what the span says.
 
         ``tool_names``: the name was read from the tool-name attributes, so a span named
@@ -308,6 +308,7 @@ class Mapper:
         names, new = self._names, self._name
         name = names.get(name) or new(name)
         service = names.get(service) or new(service)
+        environment = names.get(environment) or new(environment)
         agent = service if not agent else names.get(agent) or new(agent)
         intent = intent or op or kind
         intent = names.get(intent) or new(intent)
@@ -317,7 +318,8 @@ class Mapper:
             session = cut(session, self.max_string_bytes)
         step = _new_object(Step)
         _init_step(step, session=session or trace_hex, kind=kind, name=name, agent=agent,  # type: ignore[arg-type]
-                   service=service, model=model, intent=intent, input_tokens=tokens_in, output_tokens=tokens_out,
+                   service=service, environment=environment, model=model, intent=intent,
+                   input_tokens=tokens_in, output_tokens=tokens_out,
                    cost_usd=cost or 0.0, start_ns=info.start_ns, end_ns=info.end_ns, trace_id=trace_hex,
                    span_id=info.span_id)
         if kind == "system":

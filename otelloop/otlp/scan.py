@@ -6,8 +6,10 @@ attribute key, handed over under :func:`event_key`), and optionally the mapper's
 :class:`~otelloop.mapping.program.Program`.
 ``scan(data)`` validates a whole ``ExportTraceServiceRequest`` with protobuf's rules and returns:
 
-* ``resources``: one ``(attributes, service_name)`` per ``ResourceSpans``, where ``attributes`` holds the
-  wanted keys the resource carries (``None`` when it carries none);
+* ``resources``: one ``(attributes, service_name, environment)`` per ``ResourceSpans``, where
+  ``attributes`` holds the wanted keys the resource carries (``None`` when it carries none) and
+  ``environment`` is its ``deployment.environment.name``, or the older ``deployment.environment`` when
+  it names none (``""`` when neither does): read like ``service.name``, whatever keys are wanted;
 * ``spans``: one entry per span, in request order: a :class:`SpanInfo`, or ``None`` for a span that
   cannot be an agent step (it carries no wanted key and neither does its resource; with a program,
   its own attributes declare no step kind);
@@ -104,7 +106,7 @@ class SpanInfo(NamedTuple):
     reads: tuple[Any, ...] | None
 
 
-Resource = tuple["dict[str, Any] | None", str]
+Resource = tuple["dict[str, Any] | None", str, str]
 Scanned = tuple[list[Resource], list["SpanInfo | None"], list[str], list[tuple[int, str]]]
 
 #: Sizes of valid ids, in bytes (opentelemetry-proto ``trace.proto``: "The ID is a 16-byte array. An ID
@@ -266,7 +268,8 @@ def _scan_python(data: bytes, keys: frozenset[str], limit: int, program: Program
         ra = rs.resource.attributes
         res_attrs = _wanted(ra, keys, limit)
         service = _string_of(ra, "service.name")
-        resources.append((res_attrs, service))
+        environment = _string_of(ra, "deployment.environment.name") or _string_of(ra, "deployment.environment")
+        resources.append((res_attrs, service, environment))
         for ss in rs.scope_spans:
             for span in ss.spans:
                 problem = id_problem(span.trace_id, span.span_id, span.parent_span_id,

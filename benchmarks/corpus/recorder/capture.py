@@ -16,6 +16,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from opentelemetry.sdk.trace import SpanProcessor
+
 EXPORT_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
@@ -97,7 +99,7 @@ class Capture:
         return requests
 
 
-class _EndCounter:
+class _EndCounter(SpanProcessor):
     """Span processor counting ended spans, to check that every one of them was received."""
 
     def __init__(self, cap: Capture) -> None:
@@ -159,4 +161,4 @@ def spans_of(requests: list[bytes]) -> list[dict[str, Any]]:
 def is_tool_span(span: dict[str, Any]) -> bool:
     """A tool execution as the instrumentation declares it (OpenInference TOOL kind or GenAI execute_tool)."""
     a = span["attrs"]
-    return a.get("openinference.span.kind") == "TOOL" or a.get("gen_ai.operation.name") == "execute_tool"
+    return bool(a.get("openinference.span.kind") == "TOOL" or a.get("gen_ai.operation.name") == "execute_tool")

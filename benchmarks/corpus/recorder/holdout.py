@@ -21,7 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,7 +270,7 @@ def _poll(ws: Workspace, store: str, key: str) -> str:
     state = item["schedule"][min(item["polls"], len(item["schedule"]) - 1)]
     item["polls"] += 1
     _save(ws, store, data)
-    return state
+    return str(state)
 
 
 @_locked
@@ -709,7 +709,7 @@ CATALOG = [
 ]
 
 
-def desk(tickets: dict[str, tuple[str, str, str, str]], kb: list[tuple[str, str, str]] = (),
+def desk(tickets: dict[str, tuple[str, str, str, str]], kb: Sequence[tuple[str, str, str]] = (),
          customers: dict[str, dict[str, Any]] | None = None) -> str:
     return json.dumps({
         "tickets": {tid: {"queue": q, "customer": c, "subject": s, "body": body, "status": "open"}

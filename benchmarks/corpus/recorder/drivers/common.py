@@ -54,7 +54,8 @@ class RunContext:
         self.log.add(ToolRecord(name, dict(args), text, failed, meta, turn, start, time.time_ns()))
         if failed:
             raise ToolFailed(text)
-        return text
+        out: str = text
+        return out
 
     def tool_function(self, name: str, failure: type[Exception] = RuntimeError) -> Callable[..., str]:
         """``fn(**kwargs)`` running the real tool ``name`` (:meth:`execute`); a failed tool raises ``failure``

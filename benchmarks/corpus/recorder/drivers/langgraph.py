@@ -110,7 +110,7 @@ def run(ctx: RunContext) -> str:
     tools = [make_tool(n) for n in sc.tools]
 
     class State(TypedDict):
-        messages: Annotated[list, add_messages]
+        messages: Annotated[list[Any], add_messages]
 
     graph = StateGraph(State)
     for agent in agents:
@@ -121,7 +121,7 @@ def run(ctx: RunContext) -> str:
         tools_node = f"{agent}_tools" if len(agents) > 1 else "tools"
 
         def call_model(state: State, model: Any = model, system: Any = system,
-                       handoffs: list[Any] = handoffs) -> dict:
+                       handoffs: list[Any] = handoffs) -> dict[str, Any]:
             return {"messages": [model.bind_tools(tools + handoffs).invoke([system, *state["messages"]])]}
 
         def route(state: State, tools_node: str = tools_node) -> str:
@@ -140,4 +140,5 @@ def run(ctx: RunContext) -> str:
     graph.add_edge(START, sc.first_agent if len(agents) > 1 else "agent")
     app = graph.compile()
     result = app.invoke({"messages": [HumanMessage(sc.task)]}, {"recursion_limit": 1000})
-    return result["messages"][-1].content
+    answer: str = result["messages"][-1].content
+    return answer
