@@ -47,9 +47,9 @@ DEFAULT_EXEC: tuple[str, ...] = (
 )
 
 #: Argument keys holding the file a tool works on, tried in order (docs/mapping.md#fields); after them,
-#: any key ending in one of :data:`FILE_KEY_ENDINGS` (``doc_path``, ``target_file``).
+#: any key whose last word is one of them (``doc_path``, ``source-file``, ``notePath``; not ``profile``).
 FILE_KEYS: tuple[str, ...] = ("path", "file_path", "filepath", "filename", "file", "target_file")
-FILE_KEY_ENDINGS: tuple[str, ...] = ("path", "file", "filename")
+_FILE_KEY_WORD = re.compile(r"(?:^|[_-])(?:path|file|filename|filepath)$|[a-z0-9](?:Path|File|FileName|Filename)$")
 #: Argument keys holding a shell command, tried in order, with the separator that joins a list value:
 #: ``command``/``cmd`` lists are argv vectors (Codex ``shell``), ``script``/``commands`` lists are
 #: separate command lines (LangChain ``terminal``).
@@ -254,15 +254,14 @@ def _target(args: Mapping[str, Any]) -> str | None:
 
 
 def _target_item(args: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(key, file) of the file the arguments name: a :data:`FILE_KEYS` key, else a key ending in one of
-    :data:`FILE_KEY_ENDINGS` (``doc_path``), whose value is a non-empty string of at most
-    :data:`MAX_PATH_CHARS`."""
+    """(key, file) of the file the arguments name: a :data:`FILE_KEYS` key, else a key whose last word
+    is one (``doc_path``), whose value is a non-empty string of at most :data:`MAX_PATH_CHARS`."""
     for key in FILE_KEYS:
         value = args.get(key)
         if isinstance(value, str) and value:
             return (key, value) if len(value) <= MAX_PATH_CHARS else None
     for key, value in args.items():
-        if isinstance(key, str) and isinstance(value, str) and value and key.lower().endswith(FILE_KEY_ENDINGS):
+        if isinstance(key, str) and isinstance(value, str) and value and _FILE_KEY_WORD.search(key):
             return (key, value) if len(value) <= MAX_PATH_CHARS else None
     return None
 
