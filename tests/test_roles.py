@@ -173,3 +173,10 @@ def test_a_search_with_path_and_text_is_never_an_edit_revert(tool: str) -> None:
     verdicts, patterns = _session(34, _searches(tool))
     assert "edit_revert" not in patterns
     assert verdicts[-1] == "continue"
+
+
+@pytest.mark.parametrize("key, named", [("doc_path", True), ("notePath", True), ("source-file", True),
+                                        ("profile", False), ("query", False)])
+def test_a_file_is_named_by_a_key_whose_last_word_says_so(key: str, named: bool) -> None:
+    info = DEFAULTS.classify("settings", {key: "dev.yaml"}, returned=True)
+    assert (info == ToolInfo("read", file_path="dev.yaml")) is named
