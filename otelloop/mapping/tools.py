@@ -74,7 +74,7 @@ EDITOR_SUBCOMMANDS: Mapping[str, ToolClass] = {
 #: and patterns are short, file content is not (a shorter body on one line is a write only when the
 #: result acknowledges it).
 BODY_MIN_CHARS = 200
-#: Longest value taken as a file named by a bare-string argument or a path key.
+#: Longest bare-string argument taken as the file a read tool reads.
 MAX_PATH_CHARS = 4096
 #: Tool names whose class is remembered. Agents use a few dozen tools, so reaching this means names
 #: carry per-call noise; the oldest entry is then forgotten.
@@ -255,14 +255,15 @@ def _target(args: Mapping[str, Any]) -> str | None:
 
 def _target_item(args: Mapping[str, Any]) -> tuple[str, str] | None:
     """(key, file) of the file the arguments name: a :data:`FILE_KEYS` key, else a key whose last word
-    is one (``doc_path``), whose value is a non-empty string of at most :data:`MAX_PATH_CHARS`."""
+    is one (``doc_path``), whose value is a non-empty string (the mapper cuts a long one to the string
+    limit)."""
     for key in FILE_KEYS:
         value = args.get(key)
         if isinstance(value, str) and value:
-            return (key, value) if len(value) <= MAX_PATH_CHARS else None
+            return key, value
     for key, value in args.items():
         if isinstance(key, str) and isinstance(value, str) and value and _FILE_KEY_WORD.search(key):
-            return (key, value) if len(value) <= MAX_PATH_CHARS else None
+            return key, value
     return None
 
 
