@@ -1036,6 +1036,114 @@ def batch(kind: str, size: int = 8) -> Transform:
     return transform
 
 
+# -- tool roles: names whose verbs mislead ------------------------------------------------------------------------
+
+#: The corpus's and holdout's tools by what they do, as their recorders wrote them (not as any rule reads them).
+READ_TOOLS = frozenset({"read_file", "cat", "view", "open_file", "view_source", "read_manifest", "read_doc"})
+WRITE_TOOLS = frozenset({"write_file", "create_file", "save", "edit", "edit_file", "str_replace", "patch_file",
+                         "write_doc", "write_manifest", "replace_in_doc", "save_note", "write_summary"})
+SEARCH_TOOLS = frozenset({"grep", "search", "search_code", "search_source", "search_docs", "search_kb",
+                          "search_catalog", "search_web", "web_search", "lookup_docs"})
+#: Names with a state-changing verb for tools that only read (the names the issue reports misread).
+WRITE_VERB_NAMES = ("update_cache_entry", "check_update", "get_commit")
+#: Neutral or read-like names for tools that write (``get_file`` and ``view`` are read tools' names).
+READ_LIKE_NAMES = ("get_file", "view", "file_tool")
+
+
+def tool_name(span: Span) -> str:
+    """A tool span's tool name, from its dialect's name attributes or the span name."""
+    for key in ("gen_ai.tool.name", "tool.name", "langsmith.trace.name"):
+        value = _attr(span, key)
+        if value:
+            return value
+    return span.name.removeprefix("execute_tool ")
+
+
+def get_args(span: Span, dialect: str) -> Any:
+    """A tool span's arguments as recorded: a JSON object, a bare string, or None (the reverse of
+    :func:`set_args`)."""
+    if dialect == "strands":
+        ev = _event(span, _EV_ARGS)
+        raw = next((kv.value.string_value for kv in ev.attributes if kv.key == "content"), None) if ev else None
+    else:
+        key = {"pydantic_ai": "gen_ai.tool.call.arguments", "langgraph_langsmith": "gen_ai.prompt"}.get(
+            dialect, "input.value")
+        raw = _attr(span, key)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    if dialect == "smolagents" and isinstance(value, dict) and isinstance(value.get("kwargs"), dict):
+        return value["kwargs"]
+    return value
+
+
+def _renamed(names: frozenset[str], choices: tuple[str, ...], tag: str) -> Transform:
+    def transform(run: dict[str, Any], requests: Requests, seed: int) -> tuple[dict[str, Any], Requests] | None:
+        msgs = decode(requests)
+        dialect, changed = run["dialect"], 0
+        for sp in tool_spans(msgs):
+            name = tool_name(sp)
+            if name in names:
+                set_tool_name(sp, dialect, choices[_digest(seed, tag, name)[0] % len(choices)])
+                changed += 1
+        return (run, encode(msgs)) if changed else None
+    return transform
+
+
+def misnamed_reads(run: dict[str, Any], requests: Requests, seed: int) -> tuple[dict[str, Any], Requests] | None:
+    """Every tool that reads a file renamed, per tool, to a name whose verb says it changes state
+    (``update_cache_entry``, ``check_update``, ``get_commit``); arguments and results as recorded. Runs
+    without a read tool do not apply.
+
+    Label rule: kept. The same calls return the same content; only the names mislead.
+    """
+    return _renamed(READ_TOOLS, WRITE_VERB_NAMES, "reads")(run, requests, seed)
+
+
+def misnamed_writes(run: dict[str, Any], requests: Requests, seed: int) -> tuple[dict[str, Any], Requests] | None:
+    """Every tool that writes or edits a file renamed, per tool, to a neutral or read-like name (``get_file``,
+    ``view``, ``file_tool``); arguments and results as recorded. Runs without a write tool do not apply.
+
+    Label rule: kept. The same files get the same content; only the names mislead.
+    """
+    return _renamed(WRITE_TOOLS, READ_LIKE_NAMES, "writes")(run, requests, seed)
+
+
+_ROOT_KEYS = ("path", "where", "folder", "dir", "root")
+
+
+def search_path_text(run: dict[str, Any], requests: Requests, seed: int
+                     ) -> tuple[dict[str, Any], Requests] | None:
+    """Every search's arguments rewritten to ``{"path": root, "text": query}`` (the root its arguments
+    named, else ``.``; the query its pattern, regex, terms or bare string), the shape of a search in a
+    tree that the rules once took for a write. Results as recorded. Runs without a search do not apply.
+
+    Label rule: kept. The same searches return the same results; equal queries stay equal, different ones
+    different.
+    """
+    msgs = decode(requests)
+    dialect, changed = run["dialect"], 0
+    for sp in tool_spans(msgs):
+        if tool_name(sp) not in SEARCH_TOOLS:
+            continue
+        args = get_args(sp, dialect)
+        query: str | None = None
+        root = "."
+        if isinstance(args, str):
+            query = args
+        elif isinstance(args, dict):
+            root = next((args[k] for k in _ROOT_KEYS if isinstance(args.get(k), str) and args[k]), ".")
+            query = next((v for k, v in args.items() if k not in _ROOT_KEYS and isinstance(v, str)), None)
+        if query is None:
+            continue
+        set_args(sp, dialect, {"path": root, "text": query})
+        changed += 1
+    return (run, encode(msgs)) if changed else None
+
+
 # -- the registry ------------------------------------------------------------------------------------------------
 
 
@@ -1066,6 +1174,9 @@ def _registry() -> dict[str, Variant]:
     vs += [Variant(f"retry-succeeds-{n}", "retry", retry_succeeds(n)) for n in range(3, 9)]
     vs += [Variant(f"poll-succeeds-{n}", "poll", poll_succeeds(n)) for n in range(3, 9)]
     vs += [Variant("batch-alike", "batch", batch("alike")), Variant("batch-empty", "batch", batch("empty"))]
+    vs += [Variant("roles-reads-misnamed", "roles", misnamed_reads),
+           Variant("roles-writes-misnamed", "roles", misnamed_writes),
+           Variant("roles-search-path-text", "roles", search_path_text)]
     return {v.name: v for v in vs}
 
 

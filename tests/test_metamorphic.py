@@ -84,6 +84,9 @@ BASELINE: dict[str, tuple[int, int, float | None, int, int, int, int]] = {
     "poll-succeeds-8": (0, 0, None, 32, 32, 32, 68),
     "batch-alike": (0, 0, None, 39, 39, 39, 68),
     "batch-empty": (0, 0, None, 68, 68, 68, 68),
+    "roles-reads-misnamed": (42, 43, 3, 0, 0, 0, 30),
+    "roles-writes-misnamed": (20, 21, 2, 0, 0, 0, 43),
+    "roles-search-path-text": (24, 24, 3, 0, 0, 0, 16),
 }
 
 # -- targets -----------------------------------------------------------------------------------------------------
@@ -127,9 +130,12 @@ def _cases() -> list[Any]:
 
 
 @cache
+def _per_set(variant: str) -> dict[str, list[bench_quality.RunResult]]:
+    return bench_quality.evaluate_variant(variant)
+
+
 def _results(variant: str) -> tuple[bench_quality.RunResult, ...]:
-    per_set = bench_quality.evaluate_variant(variant)
-    return tuple(r for rs in per_set.values() for r in rs)
+    return tuple(r for rs in _per_set(variant).values() for r in rs)
 
 
 def _figures(variant: str) -> Figures:
@@ -174,6 +180,26 @@ def test_no_regression_below_the_measured_figures(variant: str) -> None:
         if now[i] > base[i]:
             worse.append(f"{what} {now[i]} > {base[i]}")
     assert not worse, f"{variant}: {'; '.join(worse)} (now: {_describe(now)})"
+
+
+ROLE_VARIANTS = [name for name, v in V.VARIANTS.items() if v.family == "roles"]
+
+
+@pytest.mark.parametrize("variant", ROLE_VARIANTS)
+def test_misleading_tool_names_change_no_verdict(variant: str) -> None:
+    """Tools renamed so that their verbs mislead (reads named ``check_update``, writes named ``view``) and
+    searches given ``path`` + ``text`` arguments: every run ends as recorded — a loop stopped in time
+    still is (the call it stops at may move, as any renaming moves the similarity of call texts), a
+    healthy run is left as alone as it was."""
+    recorded = {(name, r.id): r for name, rs in _per_set(bench_quality.RECORDED).items() for r in rs}
+    changed = []
+    for name, rs in _per_set(variant).items():
+        for r in rs:
+            base = recorded[(name, r.id)]
+            if (r.outcome, r.verdict) != (base.outcome, base.verdict):
+                changed.append(f"{name} {r.id}: {base.outcome}/{base.verdict} (stop {base.stop_at}, {base.stop_by}) "
+                               f"-> {r.outcome}/{r.verdict} (stop {r.stop_at}, {r.stop_by or r.nudge_by})")
+    assert not changed, f"{variant}:\n" + "\n".join(changed)
 
 
 def test_the_table_covers_every_variant() -> None:

@@ -21,7 +21,7 @@ from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
-from otelloop.mapping.results import TRANSIENT, transient_failure
+from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT, transient_failure
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
 from otelloop.otlp.scan import Resource, SpanInfo, event_key
@@ -411,21 +411,28 @@ class Mapper:
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
         """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""
-        key = (step.name, raw_args)
+        acknowledged = bool(step.result_flags & ACK)
+        # something returned that is neither an acknowledgement nor a failure: what a read returns
+        returned = (step.output_hash is not None and step.outcome != "error"
+                    and not step.result_flags & (BLANK | ACK | FAILED))
+        key = (step.name, raw_args, acknowledged, returned)
         details = self._tool_cache.get(key)
         if details is None:
-            details = self._classify(step.name, raw_args, parsed)
+            details = self._classify(step.name, raw_args, parsed, acknowledged, returned)
             strings = sys.getsizeof(raw_args) + sum(sys.getsizeof(v) for v in details[1:3] if v is not None)
             self._tool_cache.remember(key, details, len(raw_args), _TOOL_ENTRY_BYTES + strings)
         if details is not _NOT_A_FILE_TOOL:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
              step.edit_new_hash) = details
 
-    def _classify(self, name: str, raw_args: str, parsed: dict[str, Any] | None) -> tuple[Any, ...]:
+    def _classify(self, name: str, raw_args: str, parsed: dict[str, Any] | None, acknowledged: bool,
+                  returned: bool) -> tuple[Any, ...]:
+        """A tool call's role and facts (``otelloop.mapping.tools``): from its arguments and what its
+        result is (an acknowledgement, something else), its name only where a known tool's."""
         if parsed is None and raw_args and raw_args.lstrip()[:1] not in ("{", "["):
             info = self.tools.classify_text(name, _unquote(raw_args))
         else:
-            info = self.tools.classify(name, parsed)
+            info = self.tools.classify(name, parsed, acknowledged, returned)
         if info is None:
             return _NOT_A_FILE_TOOL
         content = hash_text(info.content) if info.content is not None else None

@@ -1,9 +1,12 @@
-"""Tool classification: which tool calls read, write or execute, and on what (docs/mapping.md).
+"""Tool roles: which tool calls read, write or execute, and on what (docs/mapping.md#tool-roles).
 
-This module owns the default tool-name patterns of the common coding agents, the argument keys that
-carry a file path, a shell command, written content or a replace-style edit, and the classifier the
-mapper calls for every tool step whose arguments parse to a JSON object. The ``drift`` and ``stall``
-detectors only ever see its result (``Step.tool_class``, ``file_path``, ``command`` and the hashes).
+A role is decided from data, in this order: the operator's ``mapping.tools`` patterns (an explicit
+statement), then the call's arguments (an editor sub-command, a replace-style edit, a file named next to a
+body to write, a shell command), then the exact tool names of the coding agents whose argument schemas are
+documented, then — for a call whose arguments name only a file — its result. An English verb in a tool's
+name decides nothing: ``check_update`` and ``get_commit`` read, and a search whose arguments hold a
+``path`` and a short ``text`` is a search. The ``drift``, ``stall`` and progress code only ever see the
+result (``Step.tool_class``, ``file_path``, ``command`` and the hashes).
 """
 
 from __future__ import annotations
@@ -19,29 +22,22 @@ from otelloop.model import ToolClass
 if TYPE_CHECKING:
     from otelloop.config import ToolClassesConfig
 
-#: Read tools: Claude Code ``Read``, SWE-agent ``open``, LangChain/Cline ``read_file`` and the usual
-#: viewers. Searches (``Grep``, ``Glob``, ``LS``) are deliberately absent: their ``path`` is a search
-#: root, not a file being read, and exploring with different patterns is not a read loop.
+#: Read tools by exact name: Claude Code ``Read``, SWE-agent ``open``, LangChain/Cline ``read_file``
+#: and the usual viewers. Searches (``Grep``, ``Glob``, ``LS``) are deliberately absent: their ``path``
+#: is a search root, not a file being read, and exploring with different patterns is not a read loop.
 DEFAULT_READ: tuple[str, ...] = (
     "read", "read_file", "read_files", "open", "open_file", "view", "view_file", "cat", "cat_file",
     "get_file", "get_file_contents", "show_file",
 )
-#: Write tools: OpenHands / Anthropic / SWE-agent ``str_replace_editor`` (its ``command`` argument picks
-#: view/create/str_replace/insert/undo_edit), Claude Code ``Write``/``Edit``/``MultiEdit``, SWE-agent
-#: ``edit``/``create``, LangChain ``write_file``, Cline ``write_to_file``/``replace_in_file``, Codex
-#: ``apply_patch``.
-#: Beyond these, a tool named with a verb that changes state (``save_note``, ``create_ticket``,
-#: ``file_write``) is a write too: what tells its calls apart is what they write, not what they return.
-STATE_CHANGING_VERBS: tuple[str, ...] = (
-    "write", "save", "create", "update", "edit", "append", "insert", "upload", "put", "set", "add", "delete",
-    "remove", "rename", "move", "copy", "commit", "apply", "patch", "replace", "modify", "store", "submit",
-    "send", "post", "deploy", "install", "mkdir", "touch",
-)
+#: Write tools by exact name: OpenHands / Anthropic / SWE-agent ``str_replace_editor`` (its ``command``
+#: argument picks view/create/str_replace/insert/undo_edit), Claude Code ``Write``/``Edit``/``MultiEdit``/
+#: ``NotebookEdit``, SWE-agent ``edit``/``create``, LangChain ``write_file``, Cline
+#: ``write_to_file``/``replace_in_file``, Codex ``apply_patch``. Exact names of tools whose arguments are
+#: known, never a verb pattern: ``save_note`` or ``check_update`` take their role from their arguments.
 DEFAULT_WRITE: tuple[str, ...] = (
     "str_replace_editor", "str_replace_based_edit_tool", "file_editor", "text_editor*",
     "write", "write_file", "write_to_file", "create", "create_file", "edit", "edit_file", "multiedit",
     "notebookedit", "replace_in_file", "apply_patch", "patch_file",
-    *(form.format(verb) for verb in STATE_CHANGING_VERBS for form in ("{}_*", "*_{}", "*.{}*")),
 )
 #: Command tools: OpenHands ``execute_bash``, Claude Code / SWE-agent ``Bash``, LangChain ``terminal``
 #: (ShellTool), Cline ``execute_command``, Cursor ``run_terminal_cmd``, Codex ``shell``.
@@ -50,8 +46,10 @@ DEFAULT_EXEC: tuple[str, ...] = (
     "run_command", "run_shell", "run_shell_command", "run_terminal_cmd", "local_shell",
 )
 
-#: Argument keys holding the file a tool works on, tried in order (docs/mapping.md#fields).
+#: Argument keys holding the file a tool works on, tried in order (docs/mapping.md#fields); after them,
+#: any key whose last word is one of them (``doc_path``, ``source-file``, ``notePath``; not ``profile``).
 FILE_KEYS: tuple[str, ...] = ("path", "file_path", "filepath", "filename", "file", "target_file")
+_FILE_KEY_WORD = re.compile(r"(?:^|[_-])(?:path|file|filename|filepath)$|[a-z0-9](?:Path|File|FileName|Filename)$")
 #: Argument keys holding a shell command, tried in order, with the separator that joins a list value:
 #: ``command``/``cmd`` lists are argv vectors (Codex ``shell``), ``script``/``commands`` lists are
 #: separate command lines (LangChain ``terminal``).
@@ -64,14 +62,20 @@ CONTENT_KEYS: tuple[str, ...] = ("content", "file_text", "text", "contents", "ne
 #: The first two pairs also mark an insertion (new text alone); the others only when both are given.
 EDIT_KEYS: tuple[tuple[str, str], ...] = (
     ("old_str", "new_str"), ("old_string", "new_string"), ("old_text", "new_text"), ("old", "new"),
-    ("search", "replace"), ("find", "replace"), ("original", "replacement"), ("old_content", "new_content"),
-    ("oldText", "newText"), ("old_code", "new_code"))
+    *((old, new) for old in ("search", "find", "original") for new in ("replace", "replacement", "replace_with")),
+    ("old_content", "new_content"), ("oldText", "newText"), ("old_code", "new_code"))
 _INSERTION_PAIRS = 2
 #: Sub-commands of editor tools that multiplex reading and writing through a ``command`` argument
 #: (``str_replace_editor`` and its kin); in such a tool ``command`` is never a shell command.
 EDITOR_SUBCOMMANDS: Mapping[str, ToolClass] = {
     "view": "read", "create": "write", "str_replace": "write", "insert": "write", "undo_edit": "write",
 }
+#: A body of at least this many characters on one line is content to write, not a search text: queries
+#: and patterns are short, file content is not (a shorter body on one line is a write only when the
+#: result acknowledges it).
+BODY_MIN_CHARS = 200
+#: Longest bare-string argument taken as the file a read tool reads.
+MAX_PATH_CHARS = 4096
 #: Tool names whose class is remembered. Agents use a few dozen tools, so reaching this means names
 #: carry per-call noise; the oldest entry is then forgotten.
 MAX_CACHED_NAMES = 1024
@@ -83,7 +87,7 @@ _PRECEDENCE: tuple[ToolClass, ...] = ("write", "exec", "read")
 
 @dataclass(slots=True, frozen=True)
 class ToolInfo:
-    """What one tool call does, as far as its name and arguments tell.
+    """What one tool call does, as far as its arguments, result and name tell.
 
     Attributes:
         tool_class: ``read``, ``write`` or ``exec``.
@@ -109,75 +113,158 @@ def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
 
 
 class ToolClassifier:
-    """Classifies tool calls with name patterns compiled once.
+    """Decides tool roles: configured patterns, then arguments, then known tool names, then results.
 
-    Patterns configured under ``mapping.tools`` are tried before the defaults of the other classes,
-    so an operator can move a default tool to another class by listing it; a list left unset keeps
-    its default, and an empty list means "no tool of this class".
+    Patterns configured under ``mapping.tools`` are an operator's statement and decide before anything
+    else; a list left unset keeps its default names, and an empty list means "no tool of this class by
+    name" (arguments still show a write).
     """
 
-    __slots__ = ("_cache", "_matchers")
+    __slots__ = ("_cache", "_configured", "_named")
 
     def __init__(self, cfg: ToolClassesConfig | None = None) -> None:
         configured: list[tuple[ToolClass, re.Pattern[str] | None]] = []
-        defaults: list[tuple[ToolClass, re.Pattern[str] | None]] = []
+        named: list[tuple[ToolClass, re.Pattern[str] | None]] = []
         default_lists = {"read": DEFAULT_READ, "write": DEFAULT_WRITE, "exec": DEFAULT_EXEC}
         for tool_class in _PRECEDENCE:
             patterns = getattr(cfg, tool_class, None) if cfg is not None else None
             if patterns is None:
-                defaults.append((tool_class, _compile(default_lists[tool_class])))
+                named.append((tool_class, _compile(default_lists[tool_class])))
             else:
                 configured.append((tool_class, _compile(patterns)))
-        self._matchers = [(c, rx) for c, rx in configured + defaults if rx is not None]
-        self._cache: dict[str, ToolClass | None] = {}
+        self._configured = [(c, rx) for c, rx in configured if rx is not None]
+        self._named = [(c, rx) for c, rx in named if rx is not None]
+        self._cache: dict[str, tuple[ToolClass | None, ToolClass | None]] = {}
 
-    def class_of(self, tool_name: str) -> ToolClass | None:
-        """The class a tool name falls in, or None when no pattern matches (cached per name)."""
+    def _classes(self, tool_name: str) -> tuple[ToolClass | None, ToolClass | None]:
+        """(the configured class, the default class) of a tool name (cached per name)."""
         cache = self._cache
-        if tool_name in cache:
-            return cache[tool_name]
-        found = next((c for c, rx in self._matchers if rx.match(tool_name)), None)
-        if len(cache) >= MAX_CACHED_NAMES:
-            del cache[next(iter(cache))]
-        cache[tool_name] = found
+        found = cache.get(tool_name)
+        if found is None:
+            found = (next((c for c, rx in self._configured if rx.match(tool_name)), None),
+                     next((c for c, rx in self._named if rx.match(tool_name)), None))
+            if len(cache) >= MAX_CACHED_NAMES:
+                del cache[next(iter(cache))]
+            cache[tool_name] = found
         return found
 
-    def classify(self, tool_name: str, args: dict[str, Any] | None) -> ToolInfo | None:
-        """What a call of ``tool_name`` with ``args`` does; None for a tool of no known class.
+    def class_of(self, tool_name: str) -> ToolClass | None:
+        """The class a tool's name alone gives it (configured patterns first), or None."""
+        configured, named = self._classes(tool_name)
+        return configured or named
 
-        A tool of no known class whose arguments name a file and give it content (or a replace-style
-        edit) is a write, whatever its name.
+    def classify(self, tool_name: str, args: dict[str, Any] | None, acknowledged: bool = False,
+                 returned: bool = False) -> ToolInfo | None:
+        """What a call of ``tool_name`` with ``args`` does; None when nothing says it reads, writes or runs.
+
+        ``acknowledged``: its result only acknowledges an action (``ok``, ``Saved``); ``returned``: it has
+        a result that is neither an acknowledgement, nor nothing, nor a failure. In order: a configured
+        pattern; the arguments (an editor sub-command, an edit, a file named next to a body to write); a
+        known tool name; a result returned for arguments that name only a file (a read).
         """
-        tool_class = self.class_of(tool_name)
-        if tool_class is None:
-            if args and _first_str(args, FILE_KEYS) is not None and _carries_content(args):
-                return _write_info(_first_str(args, FILE_KEYS), args)
-            return None
-        if not args:
-            return ToolInfo(tool_class)
-        if tool_class == "exec":
-            return ToolInfo("exec", file_path=_first_str(args, FILE_KEYS), command=_command(args))
-        subcommand = args.get("command")
-        if isinstance(subcommand, str) and subcommand in EDITOR_SUBCOMMANDS:
-            tool_class = EDITOR_SUBCOMMANDS[subcommand]
-        file_path = _first_str(args, FILE_KEYS)
-        if tool_class == "read":
-            return ToolInfo("read", file_path=file_path)
-        return _write_info(file_path, args)
-
+        configured, named = self._classes(tool_name)
+        if configured is not None:
+            return _as_class(configured, args)
+        if args:
+            shown = _by_arguments(args, acknowledged)
+            if shown is not None:
+                return shown
+        if named is not None:
+            return _as_class(named, args)
+        if args and returned and not acknowledged:
+            path = _only_file(args)
+            if path is not None:
+                return ToolInfo("read", file_path=path)
+        return None
 
     def classify_text(self, tool_name: str, text: str) -> ToolInfo | None:
         """A call whose only argument is a bare string (OpenInference records single-argument LangChain
-        tools that way): it is the command of an exec tool or the path of a read tool."""
+        tools that way): it is the command of an exec tool or the path of a read tool. Only a configured
+        pattern or a known name says so: a bare string may be a query, a test target or an address."""
         tool_class = self.class_of(tool_name)
         text = text.strip()
         if tool_class is None or not text:
             return None
         if tool_class == "exec":
             return ToolInfo("exec", command=text)
-        if tool_class == "read" and "\n" not in text and len(text) <= 4096:
+        if tool_class == "read" and "\n" not in text and len(text) <= MAX_PATH_CHARS:
             return ToolInfo("read", file_path=text)
         return ToolInfo(tool_class)
+
+
+def _as_class(tool_class: ToolClass, args: dict[str, Any] | None) -> ToolInfo:
+    """A call of a tool whose class a name gives: its file, command or write from the arguments."""
+    if not args:
+        return ToolInfo(tool_class)
+    if tool_class == "exec":
+        return ToolInfo("exec", file_path=_target(args), command=_command(args))
+    subcommand = args.get("command")
+    if isinstance(subcommand, str) and subcommand in EDITOR_SUBCOMMANDS:
+        tool_class = EDITOR_SUBCOMMANDS[subcommand]
+    file_path = _target(args)
+    if tool_class == "read":
+        return ToolInfo("read", file_path=file_path)
+    return _write_info(file_path, args)
+
+
+def _by_arguments(args: dict[str, Any], acknowledged: bool) -> ToolInfo | None:
+    """The role the arguments alone show, whatever the tool's name (a write, or an editor's ``view``);
+    None when they show none.
+
+    - an editor sub-command (``command: view|create|str_replace|insert|undo_edit``) next to a file;
+    - a replace-style edit (old and new text) of a file;
+    - a file named next to a body to write: a multi-line string, or one of :data:`BODY_MIN_CHARS` or
+      more, or any non-empty string when the result acknowledges the call. A ``path`` next to a short
+      ``text`` is what a search takes, so it is no write on its own.
+    """
+    found = _target_item(args)
+    if found is None:
+        return None
+    path_key, path = found
+    subcommand = args.get("command")
+    if isinstance(subcommand, str) and subcommand in EDITOR_SUBCOMMANDS:
+        role = EDITOR_SUBCOMMANDS[subcommand]
+        return ToolInfo("read", file_path=path) if role == "read" else _write_info(path, args)
+    if any(isinstance(args.get(old), str) and isinstance(args.get(new), str) for old, new in EDIT_KEYS):
+        return _write_info(path, args)
+    for key, value in args.items():
+        if key != path_key and key not in _COMMAND_KEY_NAMES and isinstance(value, str) and value and (
+                acknowledged or "\n" in value or len(value) >= BODY_MIN_CHARS):
+            return _write_info(path, args)
+    return None
+
+
+_COMMAND_KEY_NAMES = frozenset(k for k, _ in COMMAND_KEYS)
+
+
+def _only_file(args: Mapping[str, Any]) -> str | None:
+    """The file of arguments that name a file and nothing else in text (numbers and flags may go with
+    it: ``offset``, ``limit``): a call that returns something for them reads that file."""
+    path = _target(args)
+    if path is None or "\n" in path:
+        return None
+    others = sum(1 for v in args.values() if isinstance(v, (str, list, dict)))
+    return path if others == 1 else None
+
+
+def _target(args: Mapping[str, Any]) -> str | None:
+    """The file the arguments name (see :func:`_target_item`)."""
+    found = _target_item(args)
+    return None if found is None else found[1]
+
+
+def _target_item(args: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(key, file) of the file the arguments name: a :data:`FILE_KEYS` key, else a key whose last word
+    is one (``doc_path``), whose value is a non-empty string (the mapper cuts a long one to the string
+    limit)."""
+    for key in FILE_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return key, value
+    for key, value in args.items():
+        if isinstance(key, str) and isinstance(value, str) and value and _FILE_KEY_WORD.search(key):
+            return key, value
+    return None
 
 
 def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
@@ -193,11 +280,6 @@ def _write_info(file_path: str | None, args: dict[str, Any]) -> ToolInfo:
     if args.get("append") is True:
         return ToolInfo("write", file_path=file_path)
     return ToolInfo("write", file_path=file_path, content=_first_str(args, CONTENT_KEYS, allow_empty=True))
-
-
-def _carries_content(args: Mapping[str, Any]) -> bool:
-    return any(isinstance(args.get(k), str) for k in CONTENT_KEYS) or any(
-        isinstance(args.get(old), str) and isinstance(args.get(new), str) for old, new in EDIT_KEYS)
 
 
 def _first_str(args: Mapping[str, Any], keys: Iterable[str], allow_empty: bool = False) -> str | None:
