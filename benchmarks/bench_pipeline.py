@@ -6,7 +6,8 @@ ratio is what otelloop's decode, mapping, state, detectors and enrichment cost. 
 compare ratios from one run, not absolute numbers across runs.
 
     python benchmarks/bench_pipeline.py [--workload realistic|looping|both] [--repeat 3] [--seconds 8]
-        [--modes passthrough,mapping,all] [--live-sessions 100000] [--event-clients 10] [--json out.json]
+        [--modes passthrough,mapping,all] [--builds NAME=DIR,NAME=DIR] [--live-sessions 100000]
+        [--event-clients 10] [--json out.json]
 
 Workloads (``workload.py``): ``realistic``, agent runs that start, go on for 20–80 spans and end, one in
 ten stuck; ``looping``, the worst case, 16 sessions that all loop. Modes: ``passthrough``; ``mapping``,
@@ -20,7 +21,9 @@ otelloop with every detector off; ``all``, every detector on. Per workload and m
    and p99 of a request's latency; then the passthrough at the same rate, for the latency otelloop adds.
 
 ``--repeat N`` runs every workload and mode N times, alternating, and prints the median of each figure
-over the rounds (ratios are taken within a round). ``--live-sessions N`` fills the server with N other
+over the rounds (ratios are taken within a round). ``--builds before=/work/main,after=.`` runs otelloop's
+modes from each source tree in turn within every round (first one first, then the other, by round), for
+a before/after comparison in one run. ``--live-sessions N`` fills the server with N other
 sessions before the timed run (as a busy deployment holds); ``--event-clients N`` keeps N console-like
 clients (``sse_clients.py``: open event streams that reload the session lists while events arrive)
 connected during it, on CPU 1 with the load generator.
@@ -40,6 +43,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_client import save
@@ -48,23 +52,28 @@ from workload import build_batch, looping_batches, realistic_pool
 
 HERE = Path(__file__).parent
 DETECTORS = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")
-#: Sessions a memory phase must add for a figure per session (the looping workload adds none).
+#: Sessions a memory phase must add for a figure per session.
 MIN_SESSIONS_FOR_MEMORY = 500
+#: One phase's figures, as the load generator and the server's /proc give them.
+Result = dict[str, Any]
+#: Longest latency phase: on a busy machine half the saturation rate of ``all`` can be a request a second.
+LATENCY_MAX_SECONDS = 60.0
 
 
 def pinned(cpu: int, cmd: list[str]) -> list[str]:
-    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1
-            else []) + cmd
+    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []) + cmd
 
 
-def start(cmd: list[str], **kw) -> tuple[subprocess.Popen, str]:  # type: ignore[no-untyped-def]
+def start(cmd: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
     line = p.stdout.readline().strip()  # type: ignore[union-attr]
     return p, line
 
 
-def start_otelloop(tmp: Path, upstream: str, detectors: str,
-                   live_sessions: int = 0) -> tuple[subprocess.Popen, dict[str, str]]:
+def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int = 0,
+                   build: Path | None = None) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """``otelloop serve`` on CPU 0, from the source tree ``build`` (``python -m`` imports the package of its
+    working directory) or from the one this script is in."""
     import yaml
 
     config = {"exporter": {"endpoint": upstream, "compression": "none"},
@@ -78,13 +87,15 @@ def start_otelloop(tmp: Path, upstream: str, detectors: str,
     p = subprocess.Popen(pinned(0, [sys.executable, "-m", "otelloop", "serve", "--config", str(cfg),
                                     "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
                                     "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(ready)]),
-                         stderr=subprocess.DEVNULL, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"})
+                         stderr=subprocess.DEVNULL, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"},
+                         cwd=build or HERE.parent)
     deadline = time.monotonic() + 30
     while not ready.exists():
         if time.monotonic() > deadline or p.poll() is not None:
             raise RuntimeError("otelloop did not start")
         time.sleep(0.05)
-    return p, json.loads(ready.read_text())
+    addresses: dict[str, str] = json.loads(ready.read_text())
+    return p, addresses
 
 
 def prefill(target: str, sessions: int) -> None:
@@ -109,39 +120,43 @@ def admin_sessions(admin: str) -> int:
 
 
 def client(target: str, workload_file: Path, seconds: float, concurrency: int = 4, requests: int | None = None,
-           rate: float | None = None) -> dict:
+           rate: float | None = None) -> Result:
     """Run the load generator (``bench_client.py``) on CPU 1 and return its result."""
     extra = [f"--requests={requests}"] if requests is not None else []
     extra += [f"--rate={rate}"] if rate is not None else []
     out = subprocess.run(pinned(1, [sys.executable, str(HERE / "bench_client.py"), target, str(seconds),
                                     str(concurrency), str(workload_file), *extra]),
                          capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result: Result = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
-def latency_run(target: str, workload_file: Path, rate: float, seconds: float, min_requests: int) -> dict:
+def latency_run(target: str, workload_file: Path, rate: float, seconds: float, min_requests: int) -> Result:
     """Open-loop latency at ``rate`` requests/s, for ``seconds`` or as long as ``min_requests`` take."""
-    return client(target, workload_file, min(120.0, max(seconds, min_requests / rate)), rate=rate)
+    return client(target, workload_file, min(LATENCY_MAX_SECONDS, max(seconds, min_requests / rate)), rate=rate)
 
 
-def stop(*processes: subprocess.Popen) -> None:
+def stop(*processes: subprocess.Popen[Any]) -> None:
     for p in processes:
         p.send_signal(signal.SIGTERM)
         p.wait(30)
 
 
-def run_mode(mode: str, tmp: Path, workload: Workload, args: argparse.Namespace) -> dict:
-    """One mode of one workload: memory (otelloop), saturation, then latency at half that rate."""
+def run_mode(label: str, tmp: Path, workload: Workload, args: argparse.Namespace) -> Result:
+    """One mode of one workload (``label``: the mode, ``@`` and the build for a build of ``--builds``):
+    memory (otelloop), saturation, then latency at half that rate."""
+    mode, _, build = label.partition("@")
     sink, sink_port = start(pinned(1, [sys.executable, str(HERE / "sink.py"), "0"]))
     upstream = f"127.0.0.1:{sink_port}"
     watchers = None
-    result: dict = {"mode": mode}
+    result: Result = {"mode": label}
+    server: subprocess.Popen[Any]
     if mode == "passthrough":
         server, port = start(pinned(0, [sys.executable, str(HERE / "passthrough.py"), "0", upstream]))
         target = f"127.0.0.1:{port}"
     else:
         server, addresses = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all",
-                                           args.live_sessions)
+                                           args.live_sessions, args.builds[build] if build else None)
         target = addresses["grpc"]
         if args.live_sessions:
             prefill(target, args.live_sessions)
@@ -172,8 +187,11 @@ def run_mode(mode: str, tmp: Path, workload: Workload, args: argparse.Namespace)
     return result
 
 
-def memory(target: str, admin: str, pid: int, workload: Workload, passes: int) -> dict:
-    """RSS growth per session added, over ``passes`` passes of the workload after half a pass to warm up."""
+def memory(target: str, admin: str, pid: int, workload: Workload, passes: int) -> Result:
+    """RSS growth per session added, over ``passes`` passes of the workload after half a pass to warm up.
+
+    Only the realistic workload's sessions end (each pass adds new ones and leaves the old ones as they
+    were); the looping workload's grow on every pass, so its RSS growth is no cost per session."""
     n = len(workload.batches)
     client(target, workload.file, 3600, requests=max(1, n // 2))
     rss0, sessions0 = rss_mib(pid), admin_sessions(admin)
@@ -181,11 +199,12 @@ def memory(target: str, admin: str, pid: int, workload: Workload, passes: int) -
     time.sleep(0.5)
     rss1, sessions1 = rss_mib(pid), admin_sessions(admin)
     added = sessions1 - sessions0
+    per_session = workload.name == "realistic" and added >= MIN_SESSIONS_FOR_MEMORY
     return {"rss_mib": [rss0, rss1], "sessions": [sessions0, sessions1],
-            "bytes_per_session": (rss1 - rss0) * (1 << 20) / added if added >= MIN_SESSIONS_FOR_MEMORY else None}
+            "bytes_per_session": (rss1 - rss0) * (1 << 20) / added if per_session else None}
 
 
-def passthrough_latency(tmp: Path, workload: Workload, rates: dict[str, float], args: argparse.Namespace) -> dict:
+def passthrough_latency(tmp: Path, workload: Workload, rates: dict[str, float], args: argparse.Namespace) -> Result:
     """The passthrough's latency at each otelloop mode's half-load rate (one passthrough process)."""
     sink, sink_port = start(pinned(1, [sys.executable, str(HERE / "sink.py"), "0"]))
     server, port = start(pinned(0, [sys.executable, str(HERE / "passthrough.py"), "0", f"127.0.0.1:{sink_port}"]))
@@ -219,14 +238,26 @@ class Workload:
         self.description += f", {sum(map(len, self.batches)) // (512 * len(self.batches))} B/span"
 
 
-def one_round(workload: Workload, tmp: Path, args: argparse.Namespace) -> dict:
-    """Every mode of ``workload`` once, then the passthrough's latency at the otelloop modes' rates."""
+def labels(args: argparse.Namespace) -> list[str]:
+    """The modes to run, in order: each otelloop mode once per build of ``--builds`` (``mapping@before``)."""
+    modes: list[str] = args.modes.split(",")
+    if not args.builds:
+        return modes
+    builds = list(args.builds)
+    if args.round % 2:  # every other round the other way round, so no build always goes first
+        builds.reverse()
+    return [m for m in modes if m == "passthrough"] + [f"{m}@{b}" for b in builds for m in modes if m != "passthrough"]
+
+
+def one_round(workload: Workload, tmp: Path, args: argparse.Namespace) -> dict[str, Result]:
+    """Every mode of ``workload`` once (otelloop's modes once per build), then the passthrough's latency at
+    the otelloop modes' rates."""
     modes = {}
-    for mode in args.modes.split(","):
+    for mode in labels(args):
         r = modes[mode] = run_mode(mode, tmp, workload, args)
         lat = r.get("latency")
         mem = r.get("memory")
-        print(f"  {mode:12} {r['spans_per_s']:>10,.0f} spans/s   server CPU {r['server_cpu_us_per_span']:6.2f} µs/span"
+        print(f"  {mode:14} {r['spans_per_s']:>10,.0f} spans/s   server CPU {r['server_cpu_us_per_span']:6.2f} µs/span"
               f"   refused {r['refused']}"
               + (f"   half load {lat['rate']:.1f} req/s: p50 {lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms"
                  if lat else "")
@@ -242,14 +273,15 @@ def one_round(workload: Workload, tmp: Path, args: argparse.Namespace) -> dict:
     return modes
 
 
-def figures(round_: dict) -> dict[str, dict[str, float | None]]:
+def figures(round_: dict[str, Result]) -> dict[str, dict[str, float | None]]:
     """Per mode, the figures a round gives (ratios within the round)."""
     out: dict[str, dict[str, float | None]] = {}
     for mode, r in round_.items():
         f: dict[str, float | None] = {"spans_per_s": r["spans_per_s"], "cpu_us": r["server_cpu_us_per_span"]}
-        for other in ("passthrough", "mapping")[:("passthrough", "mapping", "all").index(mode)]:
-            if other in round_:
-                o = round_[other]
+        kind, at, build = mode.partition("@")
+        for other in ("passthrough", "mapping")[:("passthrough", "mapping", "all").index(kind)]:
+            if (other if other == "passthrough" else other + at + build) in round_:
+                o = round_[other if other == "passthrough" else other + at + build]
                 f[f"cpu_ratio_{other}"] = o["server_cpu_us_per_span"] / r["server_cpu_us_per_span"]
                 f[f"rate_ratio_{other}"] = r["spans_per_s"] / o["spans_per_s"]
         if "latency" in r:
@@ -289,7 +321,7 @@ def table(name: str, rounds: list[dict[str, dict[str, float | None]]]) -> str:
         added = (f"{fmt(m('added_p50'), '+.1f')} / {fmt(m('added_p99'), '+.1f')} ms"
                  if m("added_p50") is not None else "")
         memory = (f"{fmt(m('bytes_per_session'), ',.0f')} B" if m("bytes_per_session") is not None
-                  else f"– (RSS {fmt(m('rss_growth_mib'), '+.1f')} MiB, no sessions added)"
+                  else f"– (RSS {fmt(m('rss_growth_mib'), '+.1f')} MiB, sessions that never end)"
                   if m("rss_growth_mib") is not None else "")
         lines.append(f"| {mode} | {fmt(m('spans_per_s'), ',.0f')} | {fmt(m('cpu_us'), '.2f')} | {ratios[0]} "
                      f"| {ratios[1]} | {latency} | {added} | {memory} |")
@@ -314,16 +346,21 @@ def main() -> None:
     ap.add_argument("--distinct-batches", type=int, default=64, help="looping workload")
     ap.add_argument("--live-sessions", type=int, default=0, help="other live sessions held during the run")
     ap.add_argument("--event-clients", type=int, default=0, help="console-like event stream clients")
+    ap.add_argument("--builds", default="",
+                    help="NAME=DIR,NAME=DIR: run otelloop's modes from each of these source trees (built in place), "
+                         "alternating within every round, e.g. before=/work/main,after=.")
     ap.add_argument("--json", type=Path, help="write every round's raw results here")
     args = ap.parse_args()
+    args.builds = {name: Path(d).resolve() for name, _, d in (b.partition("=") for b in args.builds.split(",") if b)}
     names = ["realistic", "looping"] if args.workload == "both" else [args.workload]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         workloads = {name: Workload(name, tmp, args) for name in names}
         print(f"{args.seconds:.0f}s per mode, {args.concurrency} in flight; server on CPU 0, client and sink "
               f"on CPU 1", flush=True)
-        raw: dict[str, list[dict]] = {name: [] for name in names}
+        raw: dict[str, list[dict[str, Result]]] = {name: [] for name in names}
         for k in range(args.repeat):
+            args.round = k
             for name, workload in workloads.items():
                 print(f"round {k + 1}/{args.repeat}, {workload.description}", flush=True)
                 raw[name].append(one_round(workload, tmp, args))
