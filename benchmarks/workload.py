@@ -14,9 +14,10 @@ Two workloads (``bench_pipeline.py --workload``):
   result until it ends. Runs never reuse a trace or conversation id during a benchmark (see :func:`renew`).
 
 The realistic workload is a pool of requests that is cycled like the looping one, but its ids and content
-are renewed on every pass: every trace id, conversation id, workspace path and result id holds a
-placeholder of fixed length, which :func:`renew` replaces with the pass's token (a plain ``bytes.replace``,
-cheap enough for the load generator). Runs are laid out in slots (128 by default, four spans of each slot
+are renewed on every pass: every trace id, conversation id, model response id and workspace path (so
+every file path, in arguments and results) holds a placeholder of fixed length, which :func:`renew`
+replaces with the pass's token (a plain ``bytes.replace``, cheap enough for the load generator). Runs are
+laid out in slots (128 by default, four spans of each slot
 per request); each slot's runs fill exactly the spans the slot has in the pool, rotated so that one run of
 most slots is cut by the pool's end: its first part is at the end of the pool, its rest at the start, and
 that rest carries the *previous* pass's token, so it continues the run started in the pass before (runs
