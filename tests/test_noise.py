@@ -342,3 +342,64 @@ def test_a_changing_text_amid_noise_is_content_not_noise() -> None:
     state, judged = _judge(steps)
     assert all(n for n, _ in judged)
     assert progress.learned_noise(state, "run_tests") == []
+
+
+# -- durations: numbers with a time unit -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["took_ms", "latencyMs", "elapsed_seconds", "uptime-s", "durationNs", "TOOK_MS"])
+def test_a_number_under_a_key_naming_a_time_unit_is_a_duration_from_the_first_call(key: str) -> None:
+    """A duration is per-call noise by its shape: two polls that differ only in it are the same result
+    at once (no learning: the first repeat of a loop already counts)."""
+    canon = Canonicalizer()
+    a = canon.output(json.dumps({key: 408, "job_id": "deploy-42", "status": "running"}), True, CLOCK_S)
+    b = canon.output(json.dumps({key: 1443, "job_id": "deploy-42", "status": "running"}), True, CLOCK_S)
+    done = canon.output(json.dumps({key: 512, "job_id": "deploy-42", "status": "done"}), True, CLOCK_S)
+    assert a[0] == b[0] != done[0]
+
+
+@pytest.mark.parametrize("text", ["step 3/5: compiling\nuptime_ms: {}", "rows=12 latencyMs={}", "(took {} ms)",
+                                  "elapsed: {}.2s"])
+def test_a_duration_in_a_text_is_masked_by_its_unit(text: str) -> None:
+    assert normalise_result(text.format(7340123), CLOCK_S) == normalise_result(text.format(7342311), CLOCK_S)
+
+
+@pytest.mark.parametrize("pair", [
+    ({"progress": 10, "state": "running"}, {"progress": 20, "state": "running"}),  # a percentage moves on
+    ({"processed": 1200, "total": 5000}, {"processed": 2400, "total": 5000}),  # so does processed/total
+    ({"ms": 3, "x": 1}, {"ms": 4, "x": 1}),  # a key that is only a unit does not say what it measures
+    ({"items": [{"duration_ms": 12}]}, {"items": [{"duration_ms": 40}]}),  # listed items are what is listed
+    ({"order": "A-1", "took_ms": 5}, {"order": "B-2", "took_ms": 5}),  # different work, alike durations
+])
+def test_progress_and_listed_values_are_not_durations(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    canon = Canonicalizer()
+    assert canon.output(json.dumps(pair[0]), True, CLOCK_S)[0] != canon.output(json.dumps(pair[1]), True, CLOCK_S)[0]
+
+
+@pytest.mark.parametrize("text", ["processed 1200 of 5000", "progress: 40%", "count: 12", "total_pages: 3",
+                                  "x_s: 4", "timeout 30"])
+def test_counts_in_texts_are_not_durations(text: str) -> None:
+    assert normalise_result(text, CLOCK_S) == text
+
+
+def test_a_poll_whose_only_change_is_its_duration_repeats_from_its_second_call() -> None:
+    rng = random.Random(3)
+    steps = []
+    for i in range(4):
+        result = {"took_ms": rng.randint(3, 2400), "job_id": "build-7", "status": "running"}
+        steps += _steps(tool_span("poll_job", '{"job_id": "build-7"}', json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, False, False, False]
+    assert [s.repeats for s in steps] == [1, 2, 3, 4]
+
+
+def test_a_healthy_batch_whose_durations_differ_stays_work() -> None:
+    """Masking durations never merges different work: eight lookups of eight customers, each with its own
+    timing, are eight new results."""
+    rng = random.Random(4)
+    steps = []
+    for i in range(8):
+        result = {"took_ms": rng.randint(3, 2400), "customer": f"C-{100 + i}", "tier": ["gold", "silver"][i % 2]}
+        steps += _steps(tool_span("lookup_customer", json.dumps({"id": f"C-{100 + i}"}), json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert all(n for n, _ in judged)

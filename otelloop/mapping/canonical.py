@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
-from otelloop.mapping.noise import number_noise
+from otelloop.mapping.noise import number_noise, time_unit_key
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
@@ -127,7 +127,9 @@ class _Walk:
 def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
     """A parsed result compared as a structure: envelope keys dropped, noise masked leaf by leaf.
 
-    Strings have their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
+    A number under a key that names a time unit (``took_ms``, ``latencyMs``:
+    :func:`~otelloop.mapping.noise.time_unit_key`) outside lists is a duration: ``<dur>``. Strings have
+    their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
     any alphabet, clock values near ``walk.clock_s``, durations); numbers that are clock values or long
     numeric ids become placeholders; a leaf equal to an argument value of the call (``walk.echoes``) is
     an echo, replaced by ``<arg>`` and folded into ``walk.echo``. Each leaf is recorded with its path
@@ -145,7 +147,12 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
         out = {}
         for k, v in obj.items():
             if k not in ENVELOPE_KEYS:
-                out[k] = _mask(v, walk, zlib.crc32(k.encode("utf-8", "surrogatepass"), path), listed)
+                at = zlib.crc32(k.encode("utf-8", "surrogatepass"), path)
+                if not listed and type(v) in (int, float) and time_unit_key(k):
+                    walk.leaf(at, "<dur>", False)  # a duration or clock reading, per call: says nothing
+                    out[k] = "<dur>"
+                else:
+                    out[k] = _mask(v, walk, at, listed)
         return out
     if isinstance(obj, list):
         if not obj:
@@ -323,7 +330,7 @@ def call_result(obj: Any) -> Any:
 
     - a single GenAI ``tool_call_response`` part (or messages holding only that part): its ``response``;
     - OpenLLMetry's LangChain callback record ``{"output": …, "kwargs": …}`` (``outputs`` for chains):
-      the output;
+      the output; LangSmith's OTel mode's ``{"output": <a tool message>}``: the message;
     - a LangChain message, as ``dumpd``/``to_json`` writes it (``{"lc": 1, "type": "constructor",
       "id": […, "ToolMessage"], "kwargs": {…}}``), as ``message_to_dict`` writes it (``{"type": "tool",
       "data": {…}}``) or as its fields (``{"type": "tool", "content": …, "tool_call_id": …}``): its
@@ -348,6 +355,8 @@ def _unwrap_result(obj: Any) -> Any:
         keys = obj.keys()
         if len(keys) == 2 and "kwargs" in keys and ("output" in keys or "outputs" in keys):
             return obj["output"] if "output" in keys else obj["outputs"]
+        if len(keys) == 1 and "output" in keys and _is_tool_message(obj["output"]):
+            return obj["output"]  # LangSmith's OTel mode: {"output": <the tool's ToolMessage>}
         if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(obj.get("kwargs"), dict):
             ident = obj.get("id")
             if isinstance(ident, list) and ident and str(ident[-1]).endswith("Message"):
@@ -371,6 +380,12 @@ def _unwrap_result(obj: Any) -> Any:
         if key in part:
             return part[key]
     return obj
+
+
+def _is_tool_message(obj: Any) -> bool:
+    """A LangChain tool result message in any of the forms :func:`_unwrap_result` takes off."""
+    return isinstance(obj, dict) and obj.get("type") in _TOOL_MESSAGE_TYPES and (
+        isinstance(obj.get("data"), dict) or ("content" in obj and ("tool_call_id" in obj or "name" in obj)))
 
 
 def _message_content(fields: dict[str, Any]) -> Any:

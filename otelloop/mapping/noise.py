@@ -16,6 +16,12 @@ Left in, they make every repetition of a stuck call look new. Word lists of fiel
 - text forms of clock values (RFC 3339 with fractions and zones, HTTP dates, relative ages such as
   ``3 minutes ago``, compact and ISO 8601 durations) are patterns in :mod:`otelloop.mapping.results`.
 
+- a **duration** is a number with a time unit: in a text (``took 123 ms``, ``elapsed: 2.3s``, patterns in
+  :mod:`otelloop.mapping.results`), or named by the unit its key ends in — a JSON number under
+  ``took_ms``, ``latencyMs``, ``elapsed_seconds``, or a text's ``uptime_ms: 7341234``
+  (:func:`time_unit_key`). A duration is measured per call: it says how long the call took (or how long
+  a server has run), never what the call found;
+
 What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
 amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
 and path segments are words).
@@ -23,6 +29,7 @@ and path segments are words).
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: Shortest token (after its alphabetic prefix) that can be a random identifier: 12 random characters of
@@ -171,3 +178,26 @@ def token(match: re.Match[str]) -> str:
     if prefix is None or _NAMING_PREFIX.match(prefix.group()) is None or "-" in body or "_" in body:
         return "<id>"  # a random first segment (base64url) or a name of many segments: all of it
     return prefix.group() + "<id>"
+
+
+#: The last word of a key that names a time unit below a minute (``_ms``, ``Ms``, ``_seconds``, ``_us``,
+#: ``_nanos``): minutes and hours are left out, since ``min`` and ``h`` name other things as often.
+TIME_UNITS = frozenset({"s", "sec", "secs", "second", "seconds", "ms", "msec", "msecs", "millis", "millisecond",
+                        "milliseconds", "us", "usec", "usecs", "micros", "microsecond", "microseconds", "ns",
+                        "nsec", "nanos", "nanosecond", "nanoseconds"})
+#: The words of a key: runs of lower case (with a leading capital: camelCase), of capitals, of digits.
+_KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def time_unit_key(key: str) -> bool:
+    """Whether a key names a time unit by its last word (``took_ms``, ``latencyMs``, ``elapsed_seconds``,
+    ``uptime-s``): a number under it is a duration or a clock reading, per call (see the module
+    docstring). A key of one word (``s``, ``ms``, ``seconds``) does not say what it measures."""
+    return 4 <= len(key) <= 64 and _ends_in_time_unit(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ends_in_time_unit(key: str) -> bool:
+    """:func:`time_unit_key` for a key of at most 64 characters, memoised: a tool's keys repeat."""
+    words = _KEY_WORDS.findall(key)
+    return len(words) >= 2 and words[-1].lower() in TIME_UNITS
