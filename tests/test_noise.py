@@ -403,3 +403,85 @@ def test_a_healthy_batch_whose_durations_differ_stays_work() -> None:
         steps += _steps(tool_span("lookup_customer", json.dumps({"id": f"C-{100 + i}"}), json.dumps(result), i=i))
     _, judged = _judge(steps)
     assert all(n for n, _ in judged)
+
+
+# -- counters that track the span clock --------------------------------------------------------------------------
+
+
+def _polls(tool: str, results: list[str], gap_s: float = 1.0) -> list[Step]:
+    steps = []
+    for i, result in enumerate(results):
+        sp = tool_span(tool, '{"job_id": "build-7"}', result, i=i)
+        sp.start_time_unix_nano = T0 + int(i * gap_s * 1e9)
+        sp.end_time_unix_nano = sp.start_time_unix_nano + 5 * 10**8
+        steps += _steps(sp)
+    return steps
+
+
+@pytest.mark.parametrize(("unit_ns", "form"), [
+    (1_000_000, lambda v: json.dumps({"uptime": v, "job_id": "build-7", "status": "running"})),
+    (1_000, lambda v: json.dumps({"status": "running", "server": {"clock": v}})),
+    (1_000_000, lambda v: f"job build-7: running\nserver uptime {v}"),
+    (1_000_000_000, lambda v: f"status running (node up {v})"),
+])
+def test_a_counter_that_tracks_the_span_clock_is_noise_from_its_first_change(unit_ns: int, form: Any) -> None:
+    """A value rising by the time between the calls (in s, ms, µs or ns), without a unit in its key, is a
+    clock: learned at its first change, and the call's first repeat is already one."""
+    gap = 30.0 if unit_ns == 1_000_000_000 else 1.3
+    start = 7_340_000
+    results = [form(start + int(i * gap * 1e9) // unit_ns + (i % 2)) for i in range(5)]  # jitter of one unit
+    steps = _polls("poll_job", results, gap)
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, False, False, False, False]
+    assert [s.repeats for s in steps] == [1, 2, 3, 4, 5]
+
+
+def test_a_clock_counter_leaves_the_rest_of_the_result_judged() -> None:
+    """Masking the clock never hides a change: when the state moves on, the result is new."""
+    results = [json.dumps({"uptime": 7_340_000 + i * 1000, "status": s}) for i, s in
+               enumerate(["running", "running", "running", "done"])]
+    _, judged = _judge(_polls("poll_job", results))
+    assert [n for n, _ in judged] == [True, False, False, True]
+
+
+@pytest.mark.parametrize("values", [
+    [1200, 2400, 3600, 4800],  # processed rows: rises steadily, but not by the clock (1000 per second)
+    [100, 130, 190, 260],  # a slow count
+    [7_340_000, 7_341_000, 7_345_500, 7_346_500],  # matched the clock once by chance, then not
+])
+def test_a_count_that_does_not_track_the_clock_stays_progress(values: list[int]) -> None:
+    results = [json.dumps({"processed": v, "total": 9000, "status": "running"}) for v in values]
+    _, judged = _judge(_polls("import_rows", results))
+    assert [n for n, _ in judged][2:] == [True, True]
+    results = [f"processed {v} rows" for v in values]
+    _, judged = _judge(_polls("import_rows", results))
+    assert [n for n, _ in judged][2:] == [True, True]
+
+
+def test_clock_learning_is_bounded_per_session() -> None:
+    state = progress.new_state()
+    for t in range(12):
+        for step in _polls(f"tool_{t}", [json.dumps({"uptime": 7_340_000 + i * 1000, "a": 1}) for i in range(2)]):
+            progress.observe(state, step)
+    assert state.clocks is not None and len(state.clocks.tools) <= 4
+    assert all(len(t.clocks) <= 4 for t in state.clocks.tools)
+
+
+def test_a_number_that_goes_up_and_down_while_all_else_stays_is_a_per_call_duration() -> None:
+    """Without a unit in its key, a duration is learned by behaviour: between repeats of one call whose
+    other parts stay the same, it rises and then falls. The repeats count from there on."""
+    took = [408, 1943, 339, 2392, 1330, 175]
+    results = [json.dumps({"took": t, "job_id": "build-7", "status": "running"}) for t in took]
+    steps = _polls("poll_job", results)
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, True, False, False, False, False]
+    assert [s.repeats for s in steps][-1] >= 4
+
+
+def test_a_count_moving_one_way_is_never_jitter() -> None:
+    results = [json.dumps({"imported": d, "status": "running"}) for d in (120, 340, 560, 610, 900)]
+    _, judged = _judge(_polls("import_rows", results))
+    assert all(n for n, _ in judged)
+    results = [json.dumps({"imported": d, "batch": b}) for d, b in ((120, "b-1"), (340, "b-2"), (200, "b-3"), (500, "b-4"))]
+    _, judged = _judge(_polls("import_rows", results))  # up and down, but the rest changed too: work
+    assert all(n for n, _ in judged)

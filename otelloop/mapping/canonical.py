@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
-from otelloop.mapping.noise import number_noise, time_unit_key
+from otelloop.mapping.noise import MAX_NUMBERS, number_noise, time_unit_key
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
@@ -50,6 +50,43 @@ _ONLY_NOISE = re.compile(
 _SPACE = re.compile(r"\s")
 _LETTER_AND_DIGIT = re.compile(r"[A-Za-z].*\d|\d.*[A-Za-z]", re.DOTALL)
 
+#: Integers from this value on are candidate counters (a counter that tracks the clock moves by 20 units
+#: at least between two calls; smaller numbers are counts, pages, sizes, and many).
+MIN_COUNTER = 100
+#: A candidate counter in a text: an integer of 3 digits or more standing alone (not in a word, a
+#: version, a fraction, a percentage or a placeholder).
+_TEXT_NUMBER = re.compile(r"(?<![\w.,/%<>-])[1-9]\d{2,}(?![\w.,/%<>])")
+
+
+def _text_counters(text: str) -> tuple[tuple[int, ...], int]:
+    """A normalised text's candidate counters (``key, value, …``; a key is the CRC of the words on the line
+    before the number, and of its place among the line's numbers), and the text's hash with them masked.
+    None when it holds none, or more than :data:`~otelloop.mapping.noise.MAX_NUMBERS` (a table)."""
+    numbers: list[int] = []
+    for m in _TEXT_NUMBER.finditer(text):
+        if len(numbers) >= 2 * MAX_NUMBERS:
+            return (), 0
+        start = m.start()
+        line = text.rfind("\n", 0, start) + 1
+        label = text[max(line, start - 32):start]
+        numbers += (zlib.crc32(f"{label}\x1f{len(numbers)}".encode("utf-8", "surrogatepass")), int(m.group()))
+    if not numbers:
+        return (), 0
+    return tuple(numbers), hash_text(_TEXT_NUMBER.sub("<n>", text))
+
+
+def _blank_counters(obj: Any, listed: bool = False) -> Any:
+    """A masked structured result with its candidate counters (integers from :data:`MIN_COUNTER`, outside
+    lists) replaced by ``<n>``: what it is with its counters left out."""
+    if isinstance(obj, dict):
+        return {k: _blank_counters(v, listed) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_blank_counters(v, True) for v in obj]
+    if type(obj) is int and obj >= MIN_COUNTER and not listed:
+        return "<n>"
+    return obj
+
+
 #: Canonical texts kept for similarity detectors are cut to this many characters (and to
 #: ``limits.max_string_bytes`` in UTF-8).
 TEXT_LIMIT = 256
@@ -71,8 +108,10 @@ def hash_text(text: str) -> int:
 #: What masking a structured tool result found (``Canonicalizer.output``): its leaves as
 #: ``path CRC << 32 | value CRC`` with the :data:`LEARNABLE` and :data:`SAYS` bits (None: more than
 #: :data:`MAX_LEAVES`),
-#: the CRCs of its noise-shaped string values, and the CRC of the argument values it echoes (0: none).
-Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int]
+#: the CRCs of its noise-shaped string values, the CRC of the argument values it echoes (0: none), its
+#: candidate counters (``key, value, …``: see :func:`_counters`) and the hash of the result without them.
+#: A text result has Facts too when it holds candidate counters (no leaves, tokens or echo then).
+Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int, tuple[int, ...], int]
 
 
 #: Keys dropped from the output of an LLM or agent step (not judged for progress; its hash is compared by
@@ -92,7 +131,7 @@ def _strip_envelopes(obj: Any) -> Any:
 class _Walk:
     """What masking one structured result found besides its masked form (see :func:`_mask`)."""
 
-    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts")
+    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts", "numbers")
 
     def __init__(self, clock_s: float | None, echoes: frozenset[Any]) -> None:
         self.clock_s = clock_s
@@ -103,6 +142,7 @@ class _Walk:
         self.said = False  # some leaf says something: neither empty nor noise
         self.hollow = False  # some list or object is empty
         self.texts: list[str] = []  # the first two leaves that say something (a third: the result says more)
+        self.numbers: list[int] = []  # candidate counters: path CRC, value, … (see _counters)
 
     def say(self, value: Any) -> None:
         if len(self.texts) < 2:
@@ -189,6 +229,8 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
         if placeholder is not None:
             walk.leaf(path, placeholder, False)
             return placeholder
+        if type(obj) is int and obj >= MIN_COUNTER and not listed and len(walk.numbers) <= 2 * MAX_NUMBERS:
+            walk.numbers += (path, obj)
     walk.said = True
     walk.say(obj)
     walk.leaf(path, obj, False, True)
@@ -471,13 +513,15 @@ class Canonicalizer:
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
             text = normalise_result(raw, clock_s) if judged else raw
-            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0, None)
+            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0,
+                      _text_facts(text) if judged else None)
         elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_envelopes(parsed))), empty, 0, None)
         elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
             empty = parsed.strip() == ""
-            result = (hash_text(normalise_result(parsed, clock_s)), empty, result_flags(parsed, empty), None)
+            text = normalise_result(parsed, clock_s)
+            result = (hash_text(text), empty, result_flags(parsed, empty), _text_facts(text))
         else:
             echoes: set[Any] = set()
             if args:
@@ -486,7 +530,12 @@ class Canonicalizer:
             masked = _mask(parsed, walk)
             empty = parsed is None or parsed == [] or parsed == {} or parsed == "" or (
                 not walk.said and (walk.hollow or not walk.leaves))
-            facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo)
+            numbers: tuple[int, ...] = ()
+            free = 0
+            if walk.numbers and len(walk.numbers) <= 2 * MAX_NUMBERS:
+                numbers, free = tuple(walk.numbers), hash_text(_dumps(_blank_counters(masked)))
+            facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo, numbers,
+                     free)
             said = walk.text()
             text = said if said is not None else _result_text(parsed)
             result = (hash_text(_dumps(masked)), empty, result_flags(text, empty), facts)
@@ -527,6 +576,12 @@ class Canonicalizer:
 
 
 _UNPARSED = object()
+
+
+def _text_facts(text: str) -> Facts | None:
+    """A text result's :data:`Facts`: its candidate counters, when it holds any (see :func:`_text_counters`)."""
+    numbers, free = _text_counters(text)
+    return (None, (), 0, numbers, free) if numbers else None
 
 
 class TextMemo(Memo):
