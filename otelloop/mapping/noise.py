@@ -22,6 +22,10 @@ Left in, they make every repetition of a stuck call look new. Word lists of fiel
   (:func:`time_unit_key`). A duration is measured per call: it says how long the call took (or how long
   a server has run), never what the call found;
 
+By behaviour, per tool (:class:`ClockTable`): a number whose change between two results matches the time
+between their spans in some unit (a server's uptime without a unit in its key), or that goes up and
+down between repeats of one call while all else stays the same (a per-call duration).
+
 What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
 amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
 and path segments are words).
