@@ -482,6 +482,20 @@ def test_a_count_moving_one_way_is_never_jitter() -> None:
     results = [json.dumps({"imported": d, "status": "running"}) for d in (120, 340, 560, 610, 900)]
     _, judged = _judge(_polls("import_rows", results))
     assert all(n for n, _ in judged)
-    results = [json.dumps({"imported": d, "batch": b}) for d, b in ((120, "b-1"), (340, "b-2"), (200, "b-3"), (500, "b-4"))]
+    batches = ((120, "b-1"), (340, "b-2"), (200, "b-3"), (500, "b-4"))
+    results = [json.dumps({"imported": d, "batch": b}) for d, b in batches]
     _, judged = _judge(_polls("import_rows", results))  # up and down, but the rest changed too: work
     assert all(n for n, _ in judged)
+
+
+def test_a_clock_trailer_after_a_text_full_of_numbers_is_still_learned() -> None:
+    """A long text keeps its first two and last two numbers as candidates: a trailer line is compared, and
+    the numbers between stay part of the result (a changed line number is a new result)."""
+    body = "\n".join(f"line {n}: total {n * 7}" for n in range(100, 110))
+    results = [f"{body}\nserver uptime {7_340_000 + i * 1000}" for i in range(4)]
+    _, judged = _judge(_polls("read_log", results))
+    assert [n for n, _ in judged] == [True, False, False, False]
+    changed = [f"{body.replace('total 721', 'total 999') if i == 3 else body}\nserver uptime {7_340_000 + i * 1000}"
+               for i in range(4)]
+    _, judged = _judge(_polls("read_log", changed))
+    assert [n for n, _ in judged] == [True, False, False, True]

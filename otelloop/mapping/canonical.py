@@ -60,19 +60,27 @@ _TEXT_NUMBER = re.compile(r"(?<![\w.,/%<>-])[1-9]\d{2,}(?![\w.,/%<>])")
 
 def _text_counters(text: str) -> tuple[tuple[int, ...], int]:
     """A normalised text's candidate counters (``key, value, …``; a key is the CRC of the words on the line
-    before the number, and of its place among the line's numbers), and the text's hash with them masked.
-    None when it holds none, or more than :data:`~otelloop.mapping.noise.MAX_NUMBERS` (a table)."""
+    before the number and of its place), and the text's hash with them masked; ``((), 0)`` when it holds
+    none. Of a text with more than :data:`~otelloop.mapping.noise.MAX_NUMBERS`, the first two and the last
+    two are the candidates: per-call values head or close a result (a header, a trailer line), and the
+    numbers between them stay part of its identity."""
+    found = list(_TEXT_NUMBER.finditer(text))
+    if not found:
+        return (), 0
+    half = MAX_NUMBERS // 2
+    picked = found if len(found) <= MAX_NUMBERS else found[:half] + found[-half:]
     numbers: list[int] = []
-    for m in _TEXT_NUMBER.finditer(text):
-        if len(numbers) >= 2 * MAX_NUMBERS:
-            return (), 0
+    parts: list[str] = []
+    end = 0
+    for place, m in enumerate(picked):
         start = m.start()
         line = text.rfind("\n", 0, start) + 1
         label = text[max(line, start - 32):start]
-        numbers += (zlib.crc32(f"{label}\x1f{len(numbers)}".encode("utf-8", "surrogatepass")), int(m.group()))
-    if not numbers:
-        return (), 0
-    return tuple(numbers), hash_text(_TEXT_NUMBER.sub("<n>", text))
+        numbers += (zlib.crc32(f"{label}\x1f{place}".encode("utf-8", "surrogatepass")), int(m.group()))
+        parts += (text[end:start], "<n>")
+        end = m.end()
+    parts.append(text[end:])
+    return tuple(numbers), hash_text("".join(parts))
 
 
 def _blank_counters(obj: Any, listed: bool = False) -> Any:
