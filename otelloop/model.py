@@ -84,6 +84,10 @@ class Step:
     leaves: tuple[int, ...] | None = None
     result_tokens: tuple[int, ...] = ()
     echo: int = 0
+    #: A tool result's candidate counters (``key, value, …``: integers that may track the span clock) and
+    #: the hash of the result without them (``otelloop.mapping.canonical``); () and 0: none.
+    numbers: tuple[int, ...] = ()
+    numbers_free: int = 0
     #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: what the
     #: step's effect is identified by (None: unknown), whether it brought something new (None: it
     #: cannot tell), how many times in a row this same call has now given this same result, the

@@ -36,6 +36,7 @@ import sys
 from array import array
 
 from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
+from otelloop.mapping.noise import ClockTable, without_clocks
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
 from otelloop.model import Step
 
@@ -61,11 +62,12 @@ _WIDTH = array("Q").itemsize
 class ProgressState:
     """The progress tracker's state of one session (see above)."""
 
-    __slots__ = ("keys", "tools")
+    __slots__ = ("keys", "tools", "clocks")
 
     def __init__(self) -> None:
         self.keys: array[int] = array("Q", (0, 0, 0))
         self.tools: array[int] | None = None
+        self.clocks: ClockTable | None = None  # counters that track the span clock, per tool (_mask_clocks)
 
 
 _COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
@@ -103,6 +105,8 @@ def observe(progress: ProgressState, step: Step) -> None:
         output = step.output_hash
         if step.leaves is not None or step.arg_tokens or step.result_tokens:
             output = _compare_structure(progress, step)
+        if step.numbers and output is not None:
+            output = _mask_clocks(progress, step, output)
         key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
@@ -240,6 +244,39 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
                 _remember_result(progress.keys, _with_echo(_without(old, noisy), echo))
     _store(tools, at, tool, call, leaves, step.result_tokens)
     return None if output is None else _with_echo(output, echo)
+
+
+def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
+    """A tool result's hash with its counters that track the span clock left out (learned per tool:
+    :class:`~otelloop.mapping.noise.ClockTable`); ``output`` as it is while none is learned.
+
+    When a counter is learned at this step, the tool's previous result of the same call is judged again
+    without it: remembered as seen, and the call's run continues from it, so the first repetition of a
+    call whose only change is a server's uptime already counts as a repetition.
+    """
+    table = progress.clocks
+    if table is None:
+        table = progress.clocks = ClockTable()
+    call = hash((step.name, step.args_hash)) & _MASK64
+    clocks, before = table.observe(_tool_hash(step.name), call, step.start_ns, step.numbers, step.numbers_free,
+                                   output)
+    if not clocks:
+        return output
+    masked = _with_echo(_stable("clocks", *without_clocks(step.numbers_free, step.numbers, clocks)), step.echo)
+    table.tools[-1].output = masked
+    if before is not None and before.call == call:
+        old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), step.echo)
+        _remember_result(progress.keys, old)
+        _rekey_call(progress.keys, call, before.output, old)
+    return masked
+
+
+def _rekey_call(state: array[int], call: int, old: int, new: int) -> None:
+    """Give ``call``'s remembered last result ``new`` as its key when it is ``old``, its run kept."""
+    start = _HEADER + state[_SEEN]
+    i = _find(state, call, start, len(state), 2)
+    if i >= 0 and state[i + 1] & ~_RUN_MASK == old & _MASK64 & ~_RUN_MASK:
+        state[i + 1] = (new & _MASK64 & ~_RUN_MASK) | (state[i + 1] & _RUN_MASK)
 
 
 def _with_echo(output: int, echo: int) -> int:

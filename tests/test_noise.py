@@ -342,3 +342,160 @@ def test_a_changing_text_amid_noise_is_content_not_noise() -> None:
     state, judged = _judge(steps)
     assert all(n for n, _ in judged)
     assert progress.learned_noise(state, "run_tests") == []
+
+
+# -- durations: numbers with a time unit -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["took_ms", "latencyMs", "elapsed_seconds", "uptime-s", "durationNs", "TOOK_MS"])
+def test_a_number_under_a_key_naming_a_time_unit_is_a_duration_from_the_first_call(key: str) -> None:
+    """A duration is per-call noise by its shape: two polls that differ only in it are the same result
+    at once (no learning: the first repeat of a loop already counts)."""
+    canon = Canonicalizer()
+    a = canon.output(json.dumps({key: 408, "job_id": "deploy-42", "status": "running"}), True, CLOCK_S)
+    b = canon.output(json.dumps({key: 1443, "job_id": "deploy-42", "status": "running"}), True, CLOCK_S)
+    done = canon.output(json.dumps({key: 512, "job_id": "deploy-42", "status": "done"}), True, CLOCK_S)
+    assert a[0] == b[0] != done[0]
+
+
+@pytest.mark.parametrize("text", ["step 3/5: compiling\nuptime_ms: {}", "rows=12 latencyMs={}", "(took {} ms)",
+                                  "elapsed: {}.2s"])
+def test_a_duration_in_a_text_is_masked_by_its_unit(text: str) -> None:
+    assert normalise_result(text.format(7340123), CLOCK_S) == normalise_result(text.format(7342311), CLOCK_S)
+
+
+@pytest.mark.parametrize("pair", [
+    ({"progress": 10, "state": "running"}, {"progress": 20, "state": "running"}),  # a percentage moves on
+    ({"processed": 1200, "total": 5000}, {"processed": 2400, "total": 5000}),  # so does processed/total
+    ({"ms": 3, "x": 1}, {"ms": 4, "x": 1}),  # a key that is only a unit does not say what it measures
+    ({"items": [{"duration_ms": 12}]}, {"items": [{"duration_ms": 40}]}),  # listed items are what is listed
+    ({"order": "A-1", "took_ms": 5}, {"order": "B-2", "took_ms": 5}),  # different work, alike durations
+])
+def test_progress_and_listed_values_are_not_durations(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    canon = Canonicalizer()
+    assert canon.output(json.dumps(pair[0]), True, CLOCK_S)[0] != canon.output(json.dumps(pair[1]), True, CLOCK_S)[0]
+
+
+@pytest.mark.parametrize("text", ["processed 1200 of 5000", "progress: 40%", "count: 12", "total_pages: 3",
+                                  "x_s: 4", "timeout 30"])
+def test_counts_in_texts_are_not_durations(text: str) -> None:
+    assert normalise_result(text, CLOCK_S) == text
+
+
+def test_a_poll_whose_only_change_is_its_duration_repeats_from_its_second_call() -> None:
+    rng = random.Random(3)
+    steps = []
+    for i in range(4):
+        result = {"took_ms": rng.randint(3, 2400), "job_id": "build-7", "status": "running"}
+        steps += _steps(tool_span("poll_job", '{"job_id": "build-7"}', json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, False, False, False]
+    assert [s.repeats for s in steps] == [1, 2, 3, 4]
+
+
+def test_a_healthy_batch_whose_durations_differ_stays_work() -> None:
+    """Masking durations never merges different work: eight lookups of eight customers, each with its own
+    timing, are eight new results."""
+    rng = random.Random(4)
+    steps = []
+    for i in range(8):
+        result = {"took_ms": rng.randint(3, 2400), "customer": f"C-{100 + i}", "tier": ["gold", "silver"][i % 2]}
+        steps += _steps(tool_span("lookup_customer", json.dumps({"id": f"C-{100 + i}"}), json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert all(n for n, _ in judged)
+
+
+# -- counters that track the span clock --------------------------------------------------------------------------
+
+
+def _polls(tool: str, results: list[str], gap_s: float = 1.0) -> list[Step]:
+    steps = []
+    for i, result in enumerate(results):
+        sp = tool_span(tool, '{"job_id": "build-7"}', result, i=i)
+        sp.start_time_unix_nano = T0 + int(i * gap_s * 1e9)
+        sp.end_time_unix_nano = sp.start_time_unix_nano + 5 * 10**8
+        steps += _steps(sp)
+    return steps
+
+
+@pytest.mark.parametrize(("unit_ns", "form"), [
+    (1_000_000, lambda v: json.dumps({"uptime": v, "job_id": "build-7", "status": "running"})),
+    (1_000, lambda v: json.dumps({"status": "running", "server": {"clock": v}})),
+    (1_000_000, lambda v: f"job build-7: running\nserver uptime {v}"),
+    (1_000_000_000, lambda v: f"status running (node up {v})"),
+])
+def test_a_counter_that_tracks_the_span_clock_is_noise_from_its_first_change(unit_ns: int, form: Any) -> None:
+    """A value rising by the time between the calls (in s, ms, µs or ns), without a unit in its key, is a
+    clock: learned at its first change, and the call's first repeat is already one."""
+    gap = 30.0 if unit_ns == 1_000_000_000 else 1.3
+    start = 7_340_000
+    results = [form(start + int(i * gap * 1e9) // unit_ns + (i % 2)) for i in range(5)]  # jitter of one unit
+    steps = _polls("poll_job", results, gap)
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, False, False, False, False]
+    assert [s.repeats for s in steps] == [1, 2, 3, 4, 5]
+
+
+def test_a_clock_counter_leaves_the_rest_of_the_result_judged() -> None:
+    """Masking the clock never hides a change: when the state moves on, the result is new."""
+    results = [json.dumps({"uptime": 7_340_000 + i * 1000, "status": s}) for i, s in
+               enumerate(["running", "running", "running", "done"])]
+    _, judged = _judge(_polls("poll_job", results))
+    assert [n for n, _ in judged] == [True, False, False, True]
+
+
+@pytest.mark.parametrize("values", [
+    [1200, 2400, 3600, 4800],  # processed rows: rises steadily, but not by the clock (1000 per second)
+    [100, 130, 190, 260],  # a slow count
+    [7_340_000, 7_341_000, 7_345_500, 7_346_500],  # matched the clock once by chance, then not
+])
+def test_a_count_that_does_not_track_the_clock_stays_progress(values: list[int]) -> None:
+    results = [json.dumps({"processed": v, "total": 9000, "status": "running"}) for v in values]
+    _, judged = _judge(_polls("import_rows", results))
+    assert [n for n, _ in judged][2:] == [True, True]
+    results = [f"processed {v} rows" for v in values]
+    _, judged = _judge(_polls("import_rows", results))
+    assert [n for n, _ in judged][2:] == [True, True]
+
+
+def test_clock_learning_is_bounded_per_session() -> None:
+    state = progress.new_state()
+    for t in range(12):
+        for step in _polls(f"tool_{t}", [json.dumps({"uptime": 7_340_000 + i * 1000, "a": 1}) for i in range(2)]):
+            progress.observe(state, step)
+    assert state.clocks is not None and len(state.clocks.tools) <= 4
+    assert all(len(t.clocks) <= 4 for t in state.clocks.tools)
+
+
+def test_a_number_that_goes_up_and_down_while_all_else_stays_is_a_per_call_duration() -> None:
+    """Without a unit in its key, a duration is learned by behaviour: between repeats of one call whose
+    other parts stay the same, it rises and then falls. The repeats count from there on."""
+    took = [408, 1943, 339, 2392, 1330, 175]
+    results = [json.dumps({"took": t, "job_id": "build-7", "status": "running"}) for t in took]
+    steps = _polls("poll_job", results)
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, True, False, False, False, False]
+    assert [s.repeats for s in steps][-1] >= 4
+
+
+def test_a_count_moving_one_way_is_never_jitter() -> None:
+    results = [json.dumps({"imported": d, "status": "running"}) for d in (120, 340, 560, 610, 900)]
+    _, judged = _judge(_polls("import_rows", results))
+    assert all(n for n, _ in judged)
+    batches = ((120, "b-1"), (340, "b-2"), (200, "b-3"), (500, "b-4"))
+    results = [json.dumps({"imported": d, "batch": b}) for d, b in batches]
+    _, judged = _judge(_polls("import_rows", results))  # up and down, but the rest changed too: work
+    assert all(n for n, _ in judged)
+
+
+def test_a_clock_trailer_after_a_text_full_of_numbers_is_still_learned() -> None:
+    """A long text keeps its first two and last two numbers as candidates: a trailer line is compared, and
+    the numbers between stay part of the result (a changed line number is a new result)."""
+    body = "\n".join(f"line {n}: total {n * 7}" for n in range(100, 110))
+    results = [f"{body}\nserver uptime {7_340_000 + i * 1000}" for i in range(4)]
+    _, judged = _judge(_polls("read_log", results))
+    assert [n for n, _ in judged] == [True, False, False, False]
+    changed = [f"{body.replace('total 721', 'total 999') if i == 3 else body}\nserver uptime {7_340_000 + i * 1000}"
+               for i in range(4)]
+    _, judged = _judge(_polls("read_log", changed))
+    assert [n for n, _ in judged] == [True, False, False, True]

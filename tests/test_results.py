@@ -139,12 +139,14 @@ _PLAIN_FAILURE = re.compile(
     r"|\bAssertionError\b|\bFAILED\s*\((?:failures|errors)=[1-9]|^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:"
     r"|Traceback \(most recent call last\)"
     r"|\b(?:exit|return)\s?(?:code|status)\s*[:=]?\s*[1-9]\d*\b|\bexited with (?:code|status) [1-9]"
-    r"|\bcommand not found\b",
+    r"|\bcommand not found\b"
+    r"|\b(?:[Ff]ail(?:ed|ures?|ing)?|[Ff]AIL(?:ED|URES?)?|[Ee]rrors?|[Ee]RRORS?)[\"']?\s*[:=]\s*[1-9]",
     re.MULTILINE)
 _FAILURE_WORDS = ["2 failed", "1 test failed", "3 errors", "0 failed", "x2 failed", "AssertionError", "xAssertionError",
                   "FAILED (failures=1)", "FAILED (errors=0)", "FAIL", "FAILED", "ERROR", "--- FAIL:", "exit code 2",
                   "exit status: 1", "exited with code 3", "return code=4", "areturn code 1", "command not found",
-                  "subcommand not found", "Traceback (most recent call last)", "é1 failed", "_1 failed", "red"]
+                  "subcommand not found", "Traceback (most recent call last)", "é1 failed", "_1 failed", "red",
+                  "Failures: 2", "Failed:     1", '"failed": 3', "Errors: 0", "xFailed: 1", "FAILURES=4", "errors=1"]
 
 
 @given(st.lists(st.one_of(st.sampled_from(_FAILURE_WORDS), st.text(alphabet="ab1 \n:=-_é", max_size=4)),
@@ -195,3 +197,59 @@ def test_the_gated_blank_search_finds_what_the_plain_alternation_finds(text: str
                                   "empty result", "zero relevant hits", "sorry, no data today"])
 def test_each_blank_form_is_judged_as_by_the_plain_alternation(text: str) -> None:
     assert results._says_nothing(text, text.lower()) == (_PLAIN_BLANK.search(text) is not None)
+
+
+# -- test runners without a status: failures from their counts ---------------------------------------------------
+
+_MAVEN = """[INFO] Running com.example.PricingTest
+[ERROR] Tests run: 2, Failures: 2, Errors: 0, Skipped: 0, Time elapsed: 0.041 s <<< FAILURE!
+[ERROR] com.example.PricingTest.testDiscount -- Time elapsed: 0.003 s <<< FAILURE!
+org.opentest4j.AssertionFailedError: expected: <90> but was: <100>
+[INFO] Results:
+[ERROR] Tests run: 15, Failures: 2, Errors: 0, Skipped: 0
+[INFO] BUILD FAILURE"""
+_DOTNET = """Starting test execution, please wait...
+  Failed Shop.Tests.PricingTests.Discount [12 ms]
+  Error Message:
+   Assert.Equal() Failure: Expected 90, Actual 100
+Failed!  - Failed:     2, Passed:    13, Skipped:     0, Total:    15, Duration: 212 ms - Shop.Tests.dll (net8.0)"""
+
+
+@pytest.mark.parametrize("text", [
+    _MAVEN, _DOTNET, '{"failed": 2, "passed": 13}', "Errors: 1, Warnings: 0", "FAILURES=3",
+])
+def test_a_failing_count_written_label_first_is_a_failure(text: str) -> None:
+    """Maven/Surefire and ``dotnet test`` write the count after its label; a JSON report as a field."""
+    assert result_flags(text, False) & FAILED
+
+
+@pytest.mark.parametrize("text", [
+    "[INFO] Tests run: 15, Failures: 0, Errors: 0, Skipped: 0\n[INFO] BUILD SUCCESS",
+    "Passed!  - Failed:     0, Passed:    15, Skipped:     0, Total:    15, Duration: 212 ms",
+    '{"failed": 0, "passed": 15}', "error_rate: 1", "failover: 2 replicas", "Fail-safe: 3",
+])
+def test_a_zero_count_or_another_word_is_no_failure(text: str) -> None:
+    assert not result_flags(text, False) & FAILED
+
+
+def test_a_runner_summary_fails_the_same_way_whatever_its_timings() -> None:
+    """The failing test's identity with noise masked: two runs of one failing suite are one result, a run
+    with one failure fewer is another."""
+    canon = Canonicalizer()
+    again = _DOTNET.replace("[12 ms]", "[15 ms]").replace("Duration: 212 ms", "Duration: 340 ms")
+    fewer = _DOTNET.replace("Failed:     2, Passed:    13", "Failed:     1, Passed:    14")
+    assert canon.output(_DOTNET)[0] == canon.output(again)[0] != canon.output(fewer)[0]
+
+
+def test_langsmith_wraps_a_tool_message_in_output_and_its_text_is_read_by_lines() -> None:
+    """LangSmith's OTel mode records a tool's result as ``{"output": <ToolMessage fields>}``: the message's
+    content is the result, read line by line (``--- FAIL:`` starts a line of ``go test`` output)."""
+    import json
+
+    go = ("--- FAIL: TestHours (0.00s)\n    durations_test.go:16: assert 720 == 7200\n"
+          "FAIL\nFAIL\texample.com/shop\t0.07s")
+    wrapped = json.dumps({"output": {"content": go, "additional_kwargs": {}, "response_metadata": {}, "type": "tool",
+                                     "name": "run_checks", "tool_call_id": "call_1", "status": "success"}})
+    canon = Canonicalizer()
+    h, _, flags, _ = canon.output(wrapped)
+    assert flags & FAILED and h == canon.output(go)[0]

@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
-from otelloop.mapping.noise import number_noise
+from otelloop.mapping.noise import MAX_NUMBERS, number_noise, time_unit_key
 from otelloop.mapping.results import FAILED, normalise_result, result_flags
 
 #: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
@@ -50,6 +50,51 @@ _ONLY_NOISE = re.compile(
 _SPACE = re.compile(r"\s")
 _LETTER_AND_DIGIT = re.compile(r"[A-Za-z].*\d|\d.*[A-Za-z]", re.DOTALL)
 
+#: Integers from this value on are candidate counters (a counter that tracks the clock moves by 20 units
+#: at least between two calls; smaller numbers are counts, pages, sizes, and many).
+MIN_COUNTER = 100
+#: A candidate counter in a text: an integer of 3 digits or more standing alone (not in a word, a
+#: version, a fraction, a percentage or a placeholder).
+_TEXT_NUMBER = re.compile(r"(?<![\w.,/%<>-])[1-9]\d{2,}(?![\w.,/%<>])")
+
+
+def _text_counters(text: str) -> tuple[tuple[int, ...], int]:
+    """A normalised text's candidate counters (``key, value, …``; a key is the CRC of the words on the line
+    before the number and of its place), and the text's hash with them masked; ``((), 0)`` when it holds
+    none. Of a text with more than :data:`~otelloop.mapping.noise.MAX_NUMBERS`, the first two and the last
+    two are the candidates: per-call values head or close a result (a header, a trailer line), and the
+    numbers between them stay part of its identity."""
+    found = list(_TEXT_NUMBER.finditer(text))
+    if not found:
+        return (), 0
+    half = MAX_NUMBERS // 2
+    picked = found if len(found) <= MAX_NUMBERS else found[:half] + found[-half:]
+    numbers: list[int] = []
+    parts: list[str] = []
+    end = 0
+    for place, m in enumerate(picked):
+        start = m.start()
+        line = text.rfind("\n", 0, start) + 1
+        label = text[max(line, start - 32):start]
+        numbers += (zlib.crc32(f"{label}\x1f{place}".encode("utf-8", "surrogatepass")), int(m.group()))
+        parts += (text[end:start], "<n>")
+        end = m.end()
+    parts.append(text[end:])
+    return tuple(numbers), hash_text("".join(parts))
+
+
+def _blank_counters(obj: Any, listed: bool = False) -> Any:
+    """A masked structured result with its candidate counters (integers from :data:`MIN_COUNTER`, outside
+    lists) replaced by ``<n>``: what it is with its counters left out."""
+    if isinstance(obj, dict):
+        return {k: _blank_counters(v, listed) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_blank_counters(v, True) for v in obj]
+    if type(obj) is int and obj >= MIN_COUNTER and not listed:
+        return "<n>"
+    return obj
+
+
 #: Canonical texts kept for similarity detectors are cut to this many characters (and to
 #: ``limits.max_string_bytes`` in UTF-8).
 TEXT_LIMIT = 256
@@ -71,8 +116,10 @@ def hash_text(text: str) -> int:
 #: What masking a structured tool result found (``Canonicalizer.output``): its leaves as
 #: ``path CRC << 32 | value CRC`` with the :data:`LEARNABLE` and :data:`SAYS` bits (None: more than
 #: :data:`MAX_LEAVES`),
-#: the CRCs of its noise-shaped string values, and the CRC of the argument values it echoes (0: none).
-Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int]
+#: the CRCs of its noise-shaped string values, the CRC of the argument values it echoes (0: none), its
+#: candidate counters (``key, value, …``: see :func:`_counters`) and the hash of the result without them.
+#: A text result has Facts too when it holds candidate counters (no leaves, tokens or echo then).
+Facts = tuple[tuple[int, ...] | None, tuple[int, ...], int, tuple[int, ...], int]
 
 
 #: Keys dropped from the output of an LLM or agent step (not judged for progress; its hash is compared by
@@ -92,7 +139,7 @@ def _strip_envelopes(obj: Any) -> Any:
 class _Walk:
     """What masking one structured result found besides its masked form (see :func:`_mask`)."""
 
-    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts")
+    __slots__ = ("clock_s", "echoes", "leaves", "tokens", "echo", "said", "hollow", "texts", "numbers")
 
     def __init__(self, clock_s: float | None, echoes: frozenset[Any]) -> None:
         self.clock_s = clock_s
@@ -103,6 +150,7 @@ class _Walk:
         self.said = False  # some leaf says something: neither empty nor noise
         self.hollow = False  # some list or object is empty
         self.texts: list[str] = []  # the first two leaves that say something (a third: the result says more)
+        self.numbers: list[int] = []  # candidate counters: path CRC, value, … (see _counters)
 
     def say(self, value: Any) -> None:
         if len(self.texts) < 2:
@@ -127,7 +175,9 @@ class _Walk:
 def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
     """A parsed result compared as a structure: envelope keys dropped, noise masked leaf by leaf.
 
-    Strings have their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
+    A number under a key that names a time unit (``took_ms``, ``latencyMs``:
+    :func:`~otelloop.mapping.noise.time_unit_key`) outside lists is a duration: ``<dur>``. Strings have
+    their noise parts replaced (:func:`~otelloop.mapping.results.normalise_result`: ids of
     any alphabet, clock values near ``walk.clock_s``, durations); numbers that are clock values or long
     numeric ids become placeholders; a leaf equal to an argument value of the call (``walk.echoes``) is
     an echo, replaced by ``<arg>`` and folded into ``walk.echo``. Each leaf is recorded with its path
@@ -145,7 +195,12 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
         out = {}
         for k, v in obj.items():
             if k not in ENVELOPE_KEYS:
-                out[k] = _mask(v, walk, zlib.crc32(k.encode("utf-8", "surrogatepass"), path), listed)
+                at = zlib.crc32(k.encode("utf-8", "surrogatepass"), path)
+                if not listed and type(v) in (int, float) and time_unit_key(k):
+                    walk.leaf(at, "<dur>", False)  # a duration or clock reading, per call: says nothing
+                    out[k] = "<dur>"
+                else:
+                    out[k] = _mask(v, walk, at, listed)
         return out
     if isinstance(obj, list):
         if not obj:
@@ -182,6 +237,8 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
         if placeholder is not None:
             walk.leaf(path, placeholder, False)
             return placeholder
+        if type(obj) is int and obj >= MIN_COUNTER and not listed and len(walk.numbers) <= 2 * MAX_NUMBERS:
+            walk.numbers += (path, obj)
     walk.said = True
     walk.say(obj)
     walk.leaf(path, obj, False, True)
@@ -323,7 +380,7 @@ def call_result(obj: Any) -> Any:
 
     - a single GenAI ``tool_call_response`` part (or messages holding only that part): its ``response``;
     - OpenLLMetry's LangChain callback record ``{"output": …, "kwargs": …}`` (``outputs`` for chains):
-      the output;
+      the output; LangSmith's OTel mode's ``{"output": <a tool message>}``: the message;
     - a LangChain message, as ``dumpd``/``to_json`` writes it (``{"lc": 1, "type": "constructor",
       "id": […, "ToolMessage"], "kwargs": {…}}``), as ``message_to_dict`` writes it (``{"type": "tool",
       "data": {…}}``) or as its fields (``{"type": "tool", "content": …, "tool_call_id": …}``): its
@@ -348,6 +405,8 @@ def _unwrap_result(obj: Any) -> Any:
         keys = obj.keys()
         if len(keys) == 2 and "kwargs" in keys and ("output" in keys or "outputs" in keys):
             return obj["output"] if "output" in keys else obj["outputs"]
+        if len(keys) == 1 and "output" in keys and _is_tool_message(obj["output"]):
+            return obj["output"]  # LangSmith's OTel mode: {"output": <the tool's ToolMessage>}
         if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(obj.get("kwargs"), dict):
             ident = obj.get("id")
             if isinstance(ident, list) and ident and str(ident[-1]).endswith("Message"):
@@ -371,6 +430,12 @@ def _unwrap_result(obj: Any) -> Any:
         if key in part:
             return part[key]
     return obj
+
+
+def _is_tool_message(obj: Any) -> bool:
+    """A LangChain tool result message in any of the forms :func:`_unwrap_result` takes off."""
+    return isinstance(obj, dict) and obj.get("type") in _TOOL_MESSAGE_TYPES and (
+        isinstance(obj.get("data"), dict) or ("content" in obj and ("tool_call_id" in obj or "name" in obj)))
 
 
 def _message_content(fields: dict[str, Any]) -> Any:
@@ -456,13 +521,15 @@ class Canonicalizer:
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
             text = normalise_result(raw, clock_s) if judged else raw
-            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0, None)
+            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0,
+                      _text_facts(text) if judged else None)
         elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_envelopes(parsed))), empty, 0, None)
         elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
             empty = parsed.strip() == ""
-            result = (hash_text(normalise_result(parsed, clock_s)), empty, result_flags(parsed, empty), None)
+            text = normalise_result(parsed, clock_s)
+            result = (hash_text(text), empty, result_flags(parsed, empty), _text_facts(text))
         else:
             echoes: set[Any] = set()
             if args:
@@ -471,7 +538,12 @@ class Canonicalizer:
             masked = _mask(parsed, walk)
             empty = parsed is None or parsed == [] or parsed == {} or parsed == "" or (
                 not walk.said and (walk.hollow or not walk.leaves))
-            facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo)
+            numbers: tuple[int, ...] = ()
+            free = 0
+            if walk.numbers and len(walk.numbers) <= 2 * MAX_NUMBERS:
+                numbers, free = tuple(walk.numbers), hash_text(_dumps(_blank_counters(masked)))
+            facts = (None if walk.leaves is None else tuple(walk.leaves), tuple(walk.tokens), walk.echo, numbers,
+                     free)
             said = walk.text()
             text = said if said is not None else _result_text(parsed)
             result = (hash_text(_dumps(masked)), empty, result_flags(text, empty), facts)
@@ -512,6 +584,12 @@ class Canonicalizer:
 
 
 _UNPARSED = object()
+
+
+def _text_facts(text: str) -> Facts | None:
+    """A text result's :data:`Facts`: its candidate counters, when it holds any (see :func:`_text_counters`)."""
+    numbers, free = _text_counters(text)
+    return (None, (), 0, numbers, free) if numbers else None
 
 
 class TextMemo(Memo):

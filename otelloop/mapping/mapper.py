@@ -389,7 +389,7 @@ class Mapper:
                     step.output_hash, empty, step.result_flags, facts = self.canonical.output(
                         output, True, info.start_ns / 1e9, parsed, step.args_hash)
                     if facts is not None:
-                        step.leaves, step.result_tokens, step.echo = facts
+                        step.leaves, step.result_tokens, step.echo, step.numbers, step.numbers_free = facts
                 else:
                     step.output_hash, empty, step.result_flags, _ = self.canonical.output(output, False)
                 step.output_text = output[:OUTPUT_EXCERPT_CHARS]

@@ -16,6 +16,16 @@ Left in, they make every repetition of a stuck call look new. Word lists of fiel
 - text forms of clock values (RFC 3339 with fractions and zones, HTTP dates, relative ages such as
   ``3 minutes ago``, compact and ISO 8601 durations) are patterns in :mod:`otelloop.mapping.results`.
 
+- a **duration** is a number with a time unit: in a text (``took 123 ms``, ``elapsed: 2.3s``, patterns in
+  :mod:`otelloop.mapping.results`), or named by the unit its key ends in — a JSON number under
+  ``took_ms``, ``latencyMs``, ``elapsed_seconds``, or a text's ``uptime_ms: 7341234``
+  (:func:`time_unit_key`). A duration is measured per call: it says how long the call took (or how long
+  a server has run), never what the call found;
+
+By behaviour, per tool (:class:`ClockTable`): a number whose change between two results matches the time
+between their spans in some unit (a server's uptime without a unit in its key), or that goes up and
+down between repeats of one call while all else stays the same (a per-call duration).
+
 What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
 amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
 and path segments are words).
@@ -23,6 +33,7 @@ and path segments are words).
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: Shortest token (after its alphabetic prefix) that can be a random identifier: 12 random characters of
@@ -171,3 +182,157 @@ def token(match: re.Match[str]) -> str:
     if prefix is None or _NAMING_PREFIX.match(prefix.group()) is None or "-" in body or "_" in body:
         return "<id>"  # a random first segment (base64url) or a name of many segments: all of it
     return prefix.group() + "<id>"
+
+
+#: The last word of a key that names a time unit below a minute (``_ms``, ``Ms``, ``_seconds``, ``_us``,
+#: ``_nanos``): minutes and hours are left out, since ``min`` and ``h`` name other things as often.
+TIME_UNITS = frozenset({"s", "sec", "secs", "second", "seconds", "ms", "msec", "msecs", "millis", "millisecond",
+                        "milliseconds", "us", "usec", "usecs", "micros", "microsecond", "microseconds", "ns",
+                        "nsec", "nanos", "nanosecond", "nanoseconds"})
+#: The words of a key: runs of lower case (with a leading capital: camelCase), of capitals, of digits.
+_KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def time_unit_key(key: str) -> bool:
+    """Whether a key names a time unit by its last word (``took_ms``, ``latencyMs``, ``elapsed_seconds``,
+    ``uptime-s``): a number under it is a duration or a clock reading, per call (see the module
+    docstring). A key of one word (``s``, ``ms``, ``seconds``) does not say what it measures."""
+    return 4 <= len(key) <= 64 and _ends_in_time_unit(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ends_in_time_unit(key: str) -> bool:
+    """:func:`time_unit_key` for a key of at most 64 characters, memoised: a tool's keys repeat."""
+    words = _KEY_WORDS.findall(key)
+    return len(words) >= 2 and words[-1].lower() in TIME_UNITS
+
+
+# -- counters that track the span clock (learned per tool) ------------------------------------------------------
+
+#: Units a counter may count the clock in, in nanoseconds per unit: seconds, milliseconds, microseconds,
+#: nanoseconds (a server's uptime, a monotonic clock, a sequence stamped with time).
+CLOCK_UNITS_NS = (1_000_000_000, 1_000_000, 1_000, 1)
+#: A change is compared with the clock only when the time between the two spans is this many units at
+#: least: a counter rising by 2 in 2 s says nothing about seconds (every count rises by small steps).
+MIN_CLOCK_TICKS = 20
+#: How far a clock-tracking change may be from the time between the spans: the server reads its clock
+#: a latency after the span starts, and latencies differ by tens of milliseconds (5 % and 100 ms).
+CLOCK_TOLERANCE = 0.05
+CLOCK_SLACK_NS = 100_000_000
+#: Candidate counters compared per result (a result with more numbers is a table: none is compared).
+MAX_NUMBERS = 4
+#: Recent tools (per session) whose last numbers are remembered, and keys learned per tool (as clocks,
+#: as jitter, as counts).
+MAX_CLOCK_TOOLS = 4
+MAX_CLOCKS = 4
+
+
+def tracks_clock(change: int, elapsed_ns: int) -> bool:
+    """Whether a counter's ``change`` between two results matches ``elapsed_ns`` between their spans in
+    one of :data:`CLOCK_UNITS_NS` (within :data:`CLOCK_TOLERANCE` and :data:`CLOCK_SLACK_NS`)."""
+    if change <= 0 or elapsed_ns <= 0:
+        return False
+    for unit in CLOCK_UNITS_NS:
+        expected = elapsed_ns / unit
+        if expected >= MIN_CLOCK_TICKS and abs(change - expected) <= expected * CLOCK_TOLERANCE + CLOCK_SLACK_NS / unit:
+            return True
+    return False
+
+
+class ToolClock:
+    """What one tool's last result held: its call, span start, candidate counters (``key, value, …``),
+    the hash of the result without them and the hash it was judged by; and what its counters were
+    learned to be in this session (see :meth:`ClockTable.observe`)."""
+
+    __slots__ = ("tool", "call", "start_ns", "numbers", "free", "output", "clocks", "counts", "jitter", "signs")
+
+    def __init__(self, tool: int) -> None:
+        self.tool = tool
+        self.call = 0
+        self.start_ns = 0
+        self.numbers: tuple[int, ...] = ()
+        self.free = 0
+        self.output = 0
+        self.clocks: list[int] = []  # keys whose changes track the span clock
+        self.counts: list[int] = []  # keys seen changing otherwise than the clock: never clocks again
+        self.jitter: list[int] = []  # keys that went up and down between repeats of one call, all else alike
+        self.signs: dict[int, int] = {}  # the direction of each key's last such change
+
+
+def _bounded_add(keys: list[int], key: int) -> bool:
+    """Add ``key`` to a list of at most :data:`MAX_CLOCKS` keys (the oldest gives way); False if present."""
+    if key in keys:
+        return False
+    if len(keys) >= MAX_CLOCKS:
+        del keys[0]
+    keys.append(key)
+    return True
+
+
+class ClockTable:
+    """Per session, per recent tool (at most :data:`MAX_CLOCK_TOOLS`): the numbers of its results that are
+    per-call noise without saying so by their shape, learned online (see :meth:`observe`)."""
+
+    __slots__ = ("tools",)
+
+    def __init__(self) -> None:
+        self.tools: list[ToolClock] = []
+
+    def observe(self, tool: int, call: int, start_ns: int, numbers: tuple[int, ...], free: int,
+                output: int) -> tuple[set[int], ToolClock | None]:
+        """Record a tool's result; the keys of its numbers that are noise, and the tool's previous result
+        when a key was learned just now (so that it can be judged again, masked the same way).
+
+        Two behaviours make a number noise, each compared with the tool's last result under the same key:
+
+        - a **clock**: its value changed by the time between this span and the last one, in one unit
+          (:func:`tracks_clock`); forgotten when it later changes otherwise (a progress count that once
+          matched by chance), and a key seen changing otherwise is never a clock again;
+        - **jitter**: between results of the same call whose other parts stayed the same, its value went
+          up and then down (or down, then up), as a duration measured per call does; a value moving toward
+          completion moves one way.
+        """
+        at = next((i for i, t in enumerate(self.tools) if t.tool == tool), -1)
+        if at >= 0:
+            entry = self.tools.pop(at)
+        else:
+            entry = ToolClock(tool)
+            if len(self.tools) >= MAX_CLOCK_TOOLS:
+                del self.tools[0]
+        previous = {entry.numbers[i]: entry.numbers[i + 1] for i in range(0, len(entry.numbers), 2)}
+        elapsed = start_ns - entry.start_ns
+        alike = call == entry.call and free == entry.free
+        signs: dict[int, int] = {}
+        fresh = False
+        for i in range(0, len(numbers), 2):
+            key, value = numbers[i], numbers[i + 1]
+            old = previous.get(key)
+            if old is None or old == value:
+                continue
+            if tracks_clock(value - old, elapsed):
+                if key not in entry.counts:
+                    fresh |= _bounded_add(entry.clocks, key)
+            else:
+                if key in entry.clocks:
+                    entry.clocks.remove(key)
+                _bounded_add(entry.counts, key)
+            if alike:
+                sign = signs[key] = 1 if value > old else -1
+                if entry.signs.get(key, sign) != sign:
+                    fresh |= _bounded_add(entry.jitter, key)
+        entry.signs = signs
+        before = None
+        if fresh and entry.numbers:
+            before = ToolClock(tool)
+            before.call, before.start_ns, before.numbers, before.free, before.output = (
+                entry.call, entry.start_ns, entry.numbers, entry.free, entry.output)
+        entry.call, entry.start_ns, entry.numbers, entry.free, entry.output = call, start_ns, numbers, free, output
+        self.tools.append(entry)
+        return {k for k in numbers[::2] if k in entry.clocks or k in entry.jitter}, before
+
+
+def without_clocks(free: int, numbers: tuple[int, ...], clocks: set[int]) -> tuple[int, ...]:
+    """What identifies a result with its clock values left out: the hash of the result without its
+    candidate counters, then the counters that are not clocks (key, value, …)."""
+    kept = [n for i in range(0, len(numbers), 2) if numbers[i] not in clocks for n in numbers[i:i + 2]]
+    return (free, *kept)

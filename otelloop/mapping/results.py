@@ -80,6 +80,21 @@ _VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
     (re.compile(r"\d(?<!\w\d)\d*(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ()),
 )
+#: A number after a key and a ``:`` or ``=``; a duration when the key names its time unit (``uptime_ms:
+#: 7341234``, ``latencyMs=12``: :func:`~otelloop.mapping.noise.time_unit_key`), as a JSON number under
+#: such a key is (``otelloop.mapping.canonical``).
+_KEYED_NUMBER = re.compile(r"([:=](?:(?<=[A-Za-z][:=])|(?<=[A-Za-z][\"'][:=]))[ \t]*)\d+(?:\.\d+)?(?![\w.])")
+#: The key before a ``:`` or ``=``: a word of letters, digits, ``_``, ``-`` and ``.`` (and a closing quote).
+_KEY_BEFORE = re.compile(r"[A-Za-z][\w.-]{0,62}[\"']?$")
+
+
+def _unit_keyed(match: re.Match[str]) -> str:
+    """``<dur>`` for the number after a key that names a time unit, else the match as it is."""
+    start = match.start()
+    key = _KEY_BEFORE.search(match.string, max(0, start - 64), start)
+    if key is None or not noise.time_unit_key(key.group().rstrip("\"'")):
+        return match.group()
+    return match.group(1) + "<dur>"
 #: Runs of 10 digits or more (after an id prefix's ``_`` too): epoch values near the span clock become
 #: ``<clock>``, other runs of :data:`~otelloop.mapping.noise.MIN_ID_DIGITS` or more ``<id>``
 #: (:func:`~otelloop.mapping.noise.digit_run`).
@@ -124,6 +139,10 @@ _FAILURE_TEXTS = (
     # pytest / jest / mocha summaries, and other runners' words for a failing count ("2 tests failed",
     # "checks: 2 red", "1 broken link")
     re.compile(r"[1-9](?<!\w[1-9])\d*\s+(?:[\w-]+\s+)?(?:failed|failures?|errors?|failing|broken|red)\b"),
+    # the same count written as a field, its label first ("Failures: 2" in Maven/Surefire's summary,
+    # "Failed:     2" in ``dotnet test``'s, ``"failed": 2`` in a JSON report): a label, a separator, a count
+    re.compile(r"[Ff](?<!\w[Ff])(?:ail(?:ed|ures?|ing)?|AIL(?:ED|URES?)?)[\"']?\s*[:=]\s*[1-9]"
+               r"|[Ee](?<!\w[Ee])(?:rrors?|RRORS?)[\"']?\s*[:=]\s*[1-9]"),
     re.compile(
         r"A(?<!\wA)ssertionError\b"                                      # a failed assertion
         r"|F(?<!\wF)AILED\s*\((?:failures|errors)=[1-9]"                 # unittest
@@ -161,6 +180,8 @@ def _normalise(text: str) -> str:
     for pattern, placeholder, needed in _VOLATILE:
         if not needed or any(part in text for part in needed):
             text = pattern.sub(placeholder, text)
+    if ":" in text or "=" in text:
+        text = _KEYED_NUMBER.sub(_unit_keyed, text)
     return _TOKEN.sub(noise.token, text)
 
 
