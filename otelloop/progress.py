@@ -38,6 +38,7 @@ from array import array
 from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
 from otelloop.model import Step
+from otelloop.work import WorkState, batched, poll_wait, target_key
 
 #: Distinct results (and written file versions) remembered per session.
 MAX_RESULTS = 48
@@ -61,11 +62,13 @@ _WIDTH = array("Q").itemsize
 class ProgressState:
     """The progress tracker's state of one session (see above)."""
 
-    __slots__ = ("keys", "tools")
+    __slots__ = ("keys", "tools", "work")
 
     def __init__(self) -> None:
         self.keys: array[int] = array("Q", (0, 0, 0))
         self.tools: array[int] | None = None
+        #: polls and batch forms (``otelloop.work``); None until a tool step is judged
+        self.work: WorkState | None = None
 
 
 _COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
@@ -101,13 +104,16 @@ def observe(progress: ProgressState, step: Step) -> None:
     state = progress.keys
     if step.kind == "tool":
         output = step.output_hash
+        args = step.args_hash
         if step.leaves is not None or step.arg_tokens or step.result_tokens:
             output = _compare_structure(progress, step)
         key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
-            step.novel = _remember_result(state, key) and not step.result_flags & BLANK
+            key, of_batch = _batch_key(progress, step, key, paged=step.args_hash != args)
+            step.novel = _remember_result(state, key) and (of_batch or not step.result_flags & BLANK)
             step.repeats = _remember_call(state, call, key)
+            step.wait = _poll_wait(progress, step, call, key)
             if step.result_flags & TRANSIENT:
                 step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
@@ -123,9 +129,42 @@ def observe(progress: ProgressState, step: Step) -> None:
             # Unjudged: what came back is unknown, so this call's run and its tool's run start again.
             step.repeats = _remember_call(state, call, 0)
             _forget_call(state, hash(step.name) & _MASK64)
+            _poll_wait(progress, step, call, None)
             state[_STALE] = 0
     step.progress = state[_COUNT]
     step.stale = state[_STALE]
+
+
+def _work(progress: ProgressState) -> WorkState:
+    work = progress.work
+    if work is None:
+        work = progress.work = WorkState()
+    return work
+
+
+def _batch_key(progress: ProgressState, step: Step, key: int, paged: bool) -> tuple[int, bool]:
+    """The result key of a judged tool step, its target folded in when it is one of a batch of calls on
+    different targets answering alike or with nothing (:func:`otelloop.work.target_key`); and whether
+    it is. A call that only continues its tool's pagination is never one (its cursor is no target)."""
+    if paged or not batched(step):
+        return key, False
+    folded, first = target_key(_work(progress), step, key)
+    if first is not None:  # the batch's first call was about its own target too
+        _remember_result(progress.keys, first)
+    if folded == key:
+        return key, False
+    step.result = folded
+    return folded, True
+
+
+def _poll_wait(progress: ProgressState, step: Step, call: int, key: int | None) -> int:
+    """``Step.wait`` of a tool step (:func:`otelloop.work.poll_wait`; ``key`` None: unjudged).
+
+    None once its tool has learned noise (:func:`_compare_structure`): the changes that made the call
+    look as if it moved may have been that noise, before it was learned.
+    """
+    wait = poll_wait(_work(progress), step, call, key, step.repeats if key is not None else 0)
+    return 0 if wait and learned_noise(progress, step.name) else wait
 
 
 def unjudged(step: Step) -> bool:
