@@ -110,10 +110,11 @@ def observe(progress: ProgressState, step: Step) -> None:
         key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
-            key, of_batch = _batch_key(progress, step, key, paged=step.args_hash != args)
+            plain = key
+            key, of_batch = _batch_key(progress, step, key, call, paged=step.args_hash != args)
             step.novel = _remember_result(state, key) and (of_batch or not step.result_flags & BLANK)
             step.repeats = _remember_call(state, call, key)
-            step.wait = _poll_wait(progress, step, call, key)
+            step.wait = _poll_wait(progress, step, call, plain)  # a call's target is constant: compared unfolded
             if step.result_flags & TRANSIENT:
                 step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
@@ -142,15 +143,18 @@ def _work(progress: ProgressState) -> WorkState:
     return work
 
 
-def _batch_key(progress: ProgressState, step: Step, key: int, paged: bool) -> tuple[int, bool]:
-    """The result key of a judged tool step, its target folded in when it is one of a batch of calls on
-    different targets answering alike or with nothing (:func:`otelloop.work.target_key`); and whether
-    it is. A call that only continues its tool's pagination is never one (its cursor is no target)."""
+def _batch_key(progress: ProgressState, step: Step, key: int, call: int, paged: bool) -> tuple[int, bool]:
+    """The result key of a judged tool step (``call``: its call's hash), its target folded in when it is
+    one of a batch of calls on different targets answering alike or with nothing
+    (:func:`otelloop.work.target_key`); and whether it is. A call that only continues its tool's
+    pagination is never one (its cursor is no target)."""
     if paged or not batched(step):
         return key, False
-    folded, first = target_key(_work(progress), step, key)
-    if first is not None:  # the batch's first call was about its own target too
-        _remember_result(progress.keys, first)
+    folded, first = target_key(_work(progress), step, key, call)
+    if first is not None:  # the batch's first call was about its own target too: seen, and its call's last
+        first_call, first_key = first
+        _remember_result(progress.keys, first_key)
+        _rekey_call(progress.keys, first_call, first_key)
     if folded == key:
         return key, False
     step.result = folded
@@ -395,6 +399,14 @@ def _remember_call(state: array[int], call: int, key: int) -> int:
     if len(state) - start > 2 * MAX_CALLS:
         del state[start:start + 2]
     return run
+
+
+def _rekey_call(state: array[int], call: int, key: int) -> None:
+    """Give ``call``'s remembered last result the key ``key`` (the same result seen anew), its run kept."""
+    start = _HEADER + state[_SEEN]
+    i = _find(state, call, start, len(state), 2)
+    if i >= 0:
+        state[i + 1] = (key & ~_RUN_MASK) | (state[i + 1] & _RUN_MASK)
 
 
 def _forget_call(state: array[int], call: int) -> None:

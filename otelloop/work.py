@@ -45,8 +45,8 @@ MAX_FORMS = 8
 _MASK64 = (1 << 64) - 1
 #: A poll entry: ``[call, answer, acts << 1 | moving]``.
 _POLL = 3
-#: A form entry: ``[form, first target, first answer, batched]``.
-_FORM = 4
+#: A form entry: ``[form, first target, first answer, first call, batched]``.
+_FORM = 5
 
 
 class WorkState:
@@ -108,25 +108,25 @@ def batched(step: Step) -> bool:
             and bool(step.result_flags & (BLANK | TERSE)) and not step.result_flags & (FAILED | TRANSIENT))
 
 
-def target_key(state: WorkState, step: Step, key: int) -> tuple[int, int | None]:
-    """The result key of a step that :func:`batched` accepts: ``key`` with its target folded in once its
-    form has been seen with another target (a batch), else ``key``; and, when the form has just become
-    a batch, the folded key of the form's first call (to remember as seen: that call's answer was about
-    its own target too)."""
+def target_key(state: WorkState, step: Step, key: int, call: int) -> tuple[int, tuple[int, int] | None]:
+    """The result key of a step that :func:`batched` accepts (``call``: its call's hash): ``key`` with its
+    target folded in once its form has been seen with another target (a batch), else ``key``; and, when
+    the form has just become a batch, the form's first call and its answer's folded key (that answer was
+    about its own target too: the tracker sees it anew)."""
     forms = state.forms
     form = step.args_form
     at = _find(forms, form, _FORM)
     if at < 0:
-        forms.extend((form, step.target, key, 0))
+        forms.extend((form, step.target, key, call, 0))
         if len(forms) > MAX_FORMS * _FORM:
             del forms[:_FORM]
         return key, None
     first = None
-    if not forms[at + 3]:
+    if not forms[at + 4]:
         if forms[at + 1] == step.target:
             return key, None
-        forms[at + 3] = 1
-        first = fold(forms[at + 2], forms[at + 1])
+        forms[at + 4] = 1
+        first = (forms[at + 3], fold(forms[at + 2], forms[at + 1]))
     return fold(key, step.target), first
 
 

@@ -104,6 +104,17 @@ def test_a_reworded_search_that_finds_nothing_is_not_a_batch() -> None:
     assert novelty(*blank) == [False, False, False, False]
 
 
+def test_the_first_call_of_a_batch_asked_again_repeats_and_never_looks_moved() -> None:
+    """Counter-example: the form becomes a batch at its second target, after its first call was judged; that
+    call asked again is its same answer again (a loop re-reading one short file), not a poll that moved."""
+    steps = [call("read_file", {"path": "conf/a.yaml"}, "x: 1"), call("read_file", {"path": "conf/b.yaml"}, "x: 2"),
+             *[call("read_file", {"path": "conf/a.yaml"}, "x: 1") for _ in range(3)]]
+    state = progress.new_state()
+    for step in steps:
+        progress.observe(state, step)
+    assert [(s.novel, s.repeats, s.wait) for s in steps[2:]] == [(False, 2, 0), (False, 3, 0), (False, 4, 0)]
+
+
 def test_failures_and_long_results_on_different_targets_still_repeat() -> None:
     """Counter-examples: the same error for every target, and the same long page for every cursor."""
     failing = [call("read_record", {"id": f"r-{i}"}, "permission denied", result_flags=FAILED) for i in range(4)]
@@ -123,7 +134,7 @@ def test_batch_memory_is_bounded() -> None:
     for f in range(3 * MAX_FORMS):
         for i in range(2):
             progress.observe(state, call(f"tool{f}", {"id": f"x-{i}"}, "ok-ish"))
-    assert state.work is not None and len(state.work.forms) <= MAX_FORMS * 4
+    assert state.work is not None and len(state.work.forms) <= MAX_FORMS * 5
 
 
 # -- polls, through the progress tracker ----------------------------------------------------------------------
