@@ -88,6 +88,10 @@ class Step:
     #: the hash of the result without them (``otelloop.mapping.canonical``); () and 0: none.
     numbers: tuple[int, ...] = ()
     numbers_free: int = 0
+    #: For a call that answered briefly or with nothing (``otelloop.mapping.targets``): its arguments'
+    #: hash with their identifier-shaped values masked, and the hash of those values (0: none).
+    args_form: int = 0
+    target: int = 0
     #: Set by the session's progress tracker (``otelloop.progress``) before detectors run: what the
     #: step's effect is identified by (None: unknown), whether it brought something new (None: it
     #: cannot tell), how many times in a row this same call has now given this same result, the
@@ -103,6 +107,10 @@ class Step:
     #: same transient way (HTTP 429, 503, a timeout: ``otelloop.mapping.results.TRANSIENT``); 0 when the
     #: step is not a transient failure. Detectors allow a number of such retries before counting them.
     retry: int = 0
+    #: Set by the progress tracker too: for a poll of something that moves on its own (the call's
+    #: answer changed before with nothing done by the session in between, ``otelloop.work``), how many
+    #: times in a row it has now given this same answer; 0 otherwise. Allowed like a retry.
+    wait: int = 0
 
 
 @dataclass(slots=True)

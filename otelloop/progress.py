@@ -39,6 +39,7 @@ from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, 
 from otelloop.mapping.noise import ClockTable, without_clocks
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
 from otelloop.model import Step
+from otelloop.work import WorkState, batched, poll_wait, target_key
 
 #: Distinct results (and written file versions) remembered per session.
 MAX_RESULTS = 48
@@ -62,12 +63,14 @@ _WIDTH = array("Q").itemsize
 class ProgressState:
     """The progress tracker's state of one session (see above)."""
 
-    __slots__ = ("keys", "tools", "clocks")
+    __slots__ = ("keys", "tools", "clocks", "work")
 
     def __init__(self) -> None:
         self.keys: array[int] = array("Q", (0, 0, 0))
         self.tools: array[int] | None = None
         self.clocks: ClockTable | None = None  # counters that track the span clock, per tool (_mask_clocks)
+        #: polls and batch forms (``otelloop.work``); None until a tool step is judged
+        self.work: WorkState | None = None
 
 
 _COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
@@ -103,6 +106,7 @@ def observe(progress: ProgressState, step: Step) -> None:
     state = progress.keys
     if step.kind == "tool":
         output = step.output_hash
+        args = step.args_hash
         if step.leaves is not None or step.arg_tokens or step.result_tokens:
             output = _compare_structure(progress, step)
         if step.numbers and output is not None:
@@ -110,8 +114,11 @@ def observe(progress: ProgressState, step: Step) -> None:
         key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
-            step.novel = _remember_result(state, key) and not step.result_flags & BLANK
+            plain = key
+            key, of_batch = _batch_key(progress, step, key, call, paged=step.args_hash != args)
+            step.novel = _remember_result(state, key) and (of_batch or not step.result_flags & BLANK)
             step.repeats = _remember_call(state, call, key)
+            step.wait = _poll_wait(progress, step, call, plain)  # a call's target is constant: compared unfolded
             if step.result_flags & TRANSIENT:
                 step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
@@ -127,9 +134,45 @@ def observe(progress: ProgressState, step: Step) -> None:
             # Unjudged: what came back is unknown, so this call's run and its tool's run start again.
             step.repeats = _remember_call(state, call, 0)
             _forget_call(state, hash(step.name) & _MASK64)
+            _poll_wait(progress, step, call, None)
             state[_STALE] = 0
     step.progress = state[_COUNT]
     step.stale = state[_STALE]
+
+
+def _work(progress: ProgressState) -> WorkState:
+    work = progress.work
+    if work is None:
+        work = progress.work = WorkState()
+    return work
+
+
+def _batch_key(progress: ProgressState, step: Step, key: int, call: int, paged: bool) -> tuple[int, bool]:
+    """The result key of a judged tool step (``call``: its call's hash), its target folded in when it is
+    one of a batch of calls on different targets answering alike or with nothing
+    (:func:`otelloop.work.target_key`); and whether it is. A call that only continues its tool's
+    pagination is never one (its cursor is no target)."""
+    if paged or not batched(step):
+        return key, False
+    folded, first = target_key(_work(progress), step, key, call)
+    if first is not None:  # the batch's first call was about its own target too: seen, and its call's last
+        first_call, first_key = first
+        _remember_result(progress.keys, first_key)
+        _rekey_call(progress.keys, first_call, first_key)
+    if folded == key:
+        return key, False
+    step.result = folded
+    return folded, True
+
+
+def _poll_wait(progress: ProgressState, step: Step, call: int, key: int | None) -> int:
+    """``Step.wait`` of a tool step (:func:`otelloop.work.poll_wait`; ``key`` None: unjudged).
+
+    None once its tool has learned noise (:func:`_compare_structure`): the changes that made the call
+    look as if it moved may have been that noise, before it was learned.
+    """
+    wait = poll_wait(_work(progress), step, call, key, step.repeats if key is not None else 0)
+    return 0 if wait and learned_noise(progress, step.name) else wait
 
 
 def unjudged(step: Step) -> bool:
@@ -267,16 +310,8 @@ def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
     if before is not None and before.call == call:
         old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), step.echo)
         _remember_result(progress.keys, old)
-        _rekey_call(progress.keys, call, before.output, old)
+        _rekey_call(progress.keys, call, old, only_if=before.output)
     return masked
-
-
-def _rekey_call(state: array[int], call: int, old: int, new: int) -> None:
-    """Give ``call``'s remembered last result ``new`` as its key when it is ``old``, its run kept."""
-    start = _HEADER + state[_SEEN]
-    i = _find(state, call, start, len(state), 2)
-    if i >= 0 and state[i + 1] & ~_RUN_MASK == old & _MASK64 & ~_RUN_MASK:
-        state[i + 1] = (new & _MASK64 & ~_RUN_MASK) | (state[i + 1] & _RUN_MASK)
 
 
 def _with_echo(output: int, echo: int) -> int:
@@ -393,6 +428,15 @@ def _remember_call(state: array[int], call: int, key: int) -> int:
     if len(state) - start > 2 * MAX_CALLS:
         del state[start:start + 2]
     return run
+
+
+def _rekey_call(state: array[int], call: int, key: int, only_if: int | None = None) -> None:
+    """Give ``call``'s remembered last result the key ``key`` (the same result seen anew), its run kept;
+    with ``only_if``, only while that is the key it remembers."""
+    start = _HEADER + state[_SEEN]
+    i = _find(state, call, start, len(state), 2)
+    if i >= 0 and (only_if is None or state[i + 1] & ~_RUN_MASK == only_if & _MASK64 & ~_RUN_MASK):
+        state[i + 1] = (key & _MASK64 & ~_RUN_MASK) | (state[i + 1] & _RUN_MASK)
 
 
 def _forget_call(state: array[int], call: int) -> None:

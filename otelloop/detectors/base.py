@@ -22,15 +22,17 @@ __all__ = ["TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "re
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
 #: retries a call that gets 429 or 503 or times out, with backoff, a handful of times (OpenAI's and
 #: Anthropic's Python SDKs 2 by default, botocore's standard mode 3 attempts, urllib3 ``Retry`` as set);
-#: 7 leaves a loop of a permanently failing call stopped at its 8th attempt.
+#: 7 leaves a loop of a permanently failing call stopped at its 8th attempt. The same allowance covers
+#: the same answers in a row of a poll of something that moves on its own (``Step.wait``,
+#: :mod:`otelloop.work`): a job's status read every few seconds until it is done.
 TRANSIENT_RETRIES = 7
 
 
 def retrying(step: Step, allowance: int) -> bool:
-    """Whether ``step`` is a transient failure within the retry allowance (``Step.retry``): a detector
-    neither counts it as evidence of a loop nor lets it break a run; from attempt ``allowance + 1``
-    the whole row counts."""
-    return 0 < step.retry <= allowance
+    """Whether ``step`` is a transient failure within the retry allowance (``Step.retry``), or a poll
+    waiting within it (``Step.wait``): a detector neither counts it as evidence of a loop nor lets it
+    break a run; from attempt ``allowance + 1`` the whole row counts."""
+    return 0 < step.retry <= allowance or 0 < step.wait <= allowance
 
 
 class StepContext:

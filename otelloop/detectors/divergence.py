@@ -39,8 +39,9 @@ class DivergenceConfig(DetectorConfig):
             ``{tool: 4, llm: 5, system: 999}``.
         transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
             timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
-            evidence of a loop; from the next attempt on, the whole row counts. With
-            ``progress_aware`` only. Default: 7.
+            evidence of a loop; from the next attempt on, the whole row counts. The same allowance
+            covers a poll answering the same again after it moved on its own (see
+            docs/detectors.md#polls-and-batches). With ``progress_aware`` only. Default: 7.
         progress_aware: repeats are counted among the session's tool steps only, and only those that
             brought nothing new: a step of another kind between two tool calls (the model's turn in a
             ReAct agent) neither counts nor breaks the run, so LLM turns — conversations with a person

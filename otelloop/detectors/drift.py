@@ -40,8 +40,9 @@ class DriftConfig(DetectorConfig):
             this, else ``soft``. Default: 0.5.
         transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
             timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
-            evidence of a loop; from the next attempt on, the whole row counts. With
-            ``progress_aware`` only. Default: 7.
+            evidence of a loop; from the next attempt on, the whole row counts. The same allowance
+            covers a poll answering the same again after it moved on its own (see
+            docs/detectors.md#polls-and-batches). With ``progress_aware`` only. Default: 7.
         progress_aware: a read whose result is new (the file changed, whoever changed it) starts its
             count afresh, and a test-fail loop is any call — a shell command, a ``run_tests`` tool —
             whose result reports a failure (failing tests, a traceback, a non-zero exit, an error status)

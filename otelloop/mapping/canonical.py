@@ -18,7 +18,7 @@ from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
 from otelloop.mapping.noise import MAX_NUMBERS, number_noise, time_unit_key
-from otelloop.mapping.results import FAILED, normalise_result, result_flags
+from otelloop.mapping.results import FAILED, judged_flags, normalise_result, result_flags
 
 #: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
 #: a dialect wraps a result in (LangChain's ``tool_call_id``, message and run ids and metadata, Bedrock's
@@ -281,13 +281,15 @@ def _mask_args(obj: Any, tokens: list[int]) -> Any:
 
 def _result_text(parsed: Any) -> str:
     """The text a parsed result says: a message's ``content`` (chat messages, LangChain ``ToolMessage``
-    also when serialised with its type as ``{"type": …, "data": {…}}``), the text parts of a part list,
-    else the value itself."""
+    also when serialised with its type as ``{"type": …, "data": {…}}`` or inside a LangSmith run's
+    outputs ``{"output": {…}}``), the text parts of a part list, else the value itself."""
     if isinstance(parsed, str):
         return parsed
     if isinstance(parsed, dict):
         if isinstance(parsed.get("content"), (str, list)):
             return _result_text(parsed["content"])
+        if len(parsed) == 1 and isinstance(parsed.get("output"), dict):  # a LangSmith run's outputs
+            return _result_text(parsed["output"])
         if isinstance(parsed.get("data"), dict):  # a serialised LangChain message: {"type", "data": {…}}
             return _result_text(parsed["data"])
     if isinstance(parsed, list) and parsed and all(isinstance(p, (dict, str)) for p in parsed):
@@ -521,7 +523,7 @@ class Canonicalizer:
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
             text = normalise_result(raw, clock_s) if judged else raw
-            result = (hash_text(text), empty, result_flags(raw, empty) if judged else 0,
+            result = (hash_text(text), empty, judged_flags(raw, empty) if judged else 0,
                       _text_facts(text) if judged else None)
         elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
@@ -529,7 +531,7 @@ class Canonicalizer:
         elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
             empty = parsed.strip() == ""
             text = normalise_result(parsed, clock_s)
-            result = (hash_text(text), empty, result_flags(parsed, empty), _text_facts(text))
+            result = (hash_text(text), empty, judged_flags(parsed, empty), _text_facts(text))
         else:
             echoes: set[Any] = set()
             if args:
@@ -546,7 +548,7 @@ class Canonicalizer:
                      free)
             said = walk.text()
             text = said if said is not None else _result_text(parsed)
-            result = (hash_text(_dumps(masked)), empty, result_flags(text, empty), facts)
+            result = (hash_text(_dumps(masked)), empty, judged_flags(text, empty), facts)
         memo.remember(key, result, len(raw), sys.getsizeof(raw) + _ENTRY_BYTES
                       + (0 if result[3] is None else 64 + 8 * len(result[3][0] or ())))
         return result

@@ -21,7 +21,8 @@ from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
-from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT, transient_failure
+from otelloop.mapping.results import ACK, BLANK, FAILED, TERSE, TRANSIENT, transient_failure
+from otelloop.mapping.targets import call_target
 from otelloop.mapping.tools import ToolClassifier
 from otelloop.model import Step
 from otelloop.otlp.scan import Resource, SpanInfo, event_key
@@ -158,6 +159,18 @@ def _says_what_failed(info: SpanInfo) -> bool:
     """The span describes its failure (a status description, an exception message), beyond its type."""
     exc = info.exception
     return bool(info.status_message or (exc is not None and exc[1]))
+
+
+#: Arguments longer than this are content, never a batch call's target (:mod:`otelloop.mapping.targets`).
+_TARGET_ARGS_CHARS = 1024
+
+
+def _target(step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
+    """What a call that answered briefly or with nothing is about (``Step.args_form``, ``Step.target``):
+    only such answers can make a batch (``otelloop.work``), so only they pay for reading it."""
+    if (parsed is not None and step.outcome != "error" and step.result_flags & (BLANK | TERSE)
+            and len(raw_args) <= _TARGET_ARGS_CHARS):
+        step.args_form, step.target = call_target(parsed)
 
 
 def _metadata_kind(raw: str) -> str | None:
@@ -408,6 +421,7 @@ class Mapper:
             step.outcome = "empty"
         if step.kind == "tool":
             self._tool_details(step, raw_args, parsed)
+            _target(step, raw_args, parsed)
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
         """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""

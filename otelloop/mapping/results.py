@@ -33,11 +33,16 @@ FAILED = 2
 ACK = 4
 #: The failure is transient by its status (see :func:`transient_failure`): retrying it may succeed.
 TRANSIENT = 8
+#: The result is short (:data:`_TERSE_MAX_CHARS` or less) and no failure: a status, an acknowledgement,
+#: an empty answer. Alike answers of this kind to calls on different targets are a batch, not a loop
+#: (:mod:`otelloop.work`); a long result that repeats across targets still counts.
+TERSE = 16
 
 #: Results longer than this are never blank or acknowledgements; only their tail is searched for a
 #: failure summary.
 _BLANK_MAX_CHARS = 300
 _ACK_MAX_CHARS = 120
+_TERSE_MAX_CHARS = 120
 _FAILURE_TAIL_CHARS = 4096
 
 def _ids_only(match: re.Match[str]) -> str:
@@ -205,6 +210,14 @@ def result_flags(text: str, empty: bool) -> int:
     if len(stripped) <= _ACK_MAX_CHARS and _ACK_TEXT.search(stripped):
         return ACK
     return 0
+
+
+def judged_flags(text: str, empty: bool) -> int:
+    """:func:`result_flags` plus :data:`TERSE` for a short result that is no failure."""
+    flags = result_flags(text, empty)
+    if not flags & FAILED and (empty or len(text.strip()) <= _TERSE_MAX_CHARS):
+        flags |= TERSE
+    return flags
 
 
 def _says_nothing(text: str, lowered: str) -> bool:
