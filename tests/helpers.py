@@ -6,7 +6,7 @@ from typing import Any
 
 from otelloop.config import build_config
 from otelloop.detectors.base import StepContext
-from otelloop.detectors.engine import DetectorEngine
+from otelloop.detection import DetectorEngine
 from otelloop.model import Step
 from otelloop.state import Session
 

@@ -1,4 +1,9 @@
-"""Runs the enabled detectors on each step, isolating failures, and folds their votes into the verdict."""
+"""Runs the enabled detectors on each step of a session, isolating failures, and folds their votes into the
+session's verdict.
+
+The engine lives beside the detectors package, not in it: it is what brings detectors and sessions
+(`otelloop.state`) together, so that the detectors never import the session store.
+"""
 
 from __future__ import annotations
 
