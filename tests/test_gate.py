@@ -25,9 +25,12 @@ import variants as V  # noqa: E402
 
 from otelloop.config import Config, load_config  # noqa: E402
 from otelloop.detection import DetectorEngine  # noqa: E402
+from otelloop.detectors.entropy import EntropyDetector  # noqa: E402
+from otelloop.detectors.trajectory import TrajectoryDetector  # noqa: E402
 from otelloop.model import Step  # noqa: E402
 from otelloop.pipeline import Pipeline  # noqa: E402
 from otelloop.state import Session  # noqa: E402
+from tests.helpers import DetectorRun, make_step  # noqa: E402
 
 #: The variants replayed besides the recordings: every noise form, content off, both redeliveries, one
 #: trace per call (by trace and joined by session), and the healthy retry, poll and batch patterns.
@@ -128,3 +131,51 @@ def test_a_watched_session_is_never_calm() -> None:
     session.resume()
     engine.gate = False
     assert not engine.calm(session, step)
+
+
+def _read(i: int, output: int) -> Step:
+    return make_step("read_file", i=i, args_hash=7, output_hash=output, tool_class="read", file_path="a.py",
+                     args_text='{"path": "a.py"}', output_text=f"content {output}")
+
+
+def test_a_stopped_session_that_keeps_sending_keeps_its_verdict_and_evidence_current(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the stop, the verdict holds, a finding reported again counts up, and a step that brings
+    something new is only recorded by the gated detectors, stopped session or not."""
+    judged: list[str] = []
+    for cls in (TrajectoryDetector, EntropyDetector):
+        full = cls.observe
+
+        def observe(self: Any, state: Any, step: Step, ctx: Any, full: Any = full) -> None:
+            judged.append(self.name)
+            full(self, state, step, ctx)
+
+        monkeypatch.setattr(cls, "observe", observe)
+    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory")
+    session = run.session()
+    i = 0
+    while session.verdict != "stop":
+        run.step(_read(i, 99))
+        i += 1
+        assert i < 10, "the read loop was never stopped"
+    stopped_by, message = session.reason, session.message
+
+    def count(event: str) -> int:
+        return next((f[5] for f in session.findings if f[1] == event), 0)
+
+    before = count("otelloop.entropy_alert")
+    for k in range(5):
+        ctx = run.step(_read(i + k, 99))
+        assert ctx.attributes["otelloop.verdict"] == "stop"
+        assert count("otelloop.entropy_alert") == before + k + 1  # "reported N times" stays current
+    assert (session.verdict, session.reason, session.message) == ("stop", stopped_by, message)
+    judged.clear()
+    for k in range(5):  # new content each time: calm steps, recorded only
+        step = _read(i + 5 + k, 1000 + k)
+        ctx = run.step(step)
+        assert step.novel is True and run.engine.calm(session, step)
+        assert ctx.attributes["otelloop.verdict"] == "stop"
+    assert judged == []
+    assert session.verdict == "stop" and session.reason == stopped_by
+    run.step(_read(i + 10, 99))  # a repeat again: judged in full
+    assert judged == ["entropy", "trajectory"]
