@@ -74,7 +74,7 @@ class DetectorEngine:
             if cfg.enabled:
                 detectors.append(cls(cfg))
         self.detectors = detectors
-        #: (what to call, detector name, place of its state in a session's state list) for a step run in
+        #: (what to call, the detector, place of its state in a session's state list) for a step run in
         #: full and for a calm step, and the list length they need
         self._full = [(det.observe, det, slot(det.name)) for det in detectors]
         self._calm = [(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors]
