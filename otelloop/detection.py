@@ -164,7 +164,4 @@ class DetectorEngine:
 
 def _raises(votes: Mapping[str, tuple[str, str, str]]) -> bool:
     """Whether any vote is more than ``continue``."""
-    for vote in votes.values():
-        if vote[0] != "continue":
-            return True
-    return False
+    return any(vote[0] != "continue" for vote in votes.values())
