@@ -29,8 +29,8 @@ from typing import TypeVar
 
 from otelloop import delivery
 from otelloop.config import Config, build_config
+from otelloop.detection import DetectorEngine
 from otelloop.detectors.base import StepContext
-from otelloop.detectors.engine import DetectorEngine
 from otelloop.joins import TraceJoins
 from otelloop.mapping.mapper import Mapper
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step

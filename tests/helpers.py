@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from otelloop.config import build_config
+from otelloop.detection import DetectorEngine
 from otelloop.detectors.base import StepContext
-from otelloop.detectors.engine import DetectorEngine
 from otelloop.model import Step
 from otelloop.state import Session
 

@@ -6,6 +6,13 @@ and to its ``detector`` metric label), a pydantic ``Config`` model with document
 methods: ``new_state()`` returns a small per-session state object and ``observe(state, step, ctx)``
 looks at one step and reports through ``ctx``. Detectors do no I/O and keep no global state; the
 engine owns the states, their lifetime and eviction, and isolates a failing detector from the others.
+
+A detector whose judgement compares windows, similarities, graphs or histories may opt into the novelty
+gate (``otelloop.detection``): it sets ``gated = True`` and implements ``record(state, step, ctx)``, which
+the engine calls instead of ``observe`` on a *calm* step — a tool step that brought something new
+(``Step.novel`` True) in a session no operator watches. ``record`` keeps the bookkeeping later
+judgements need and reports what ``observe`` would report on such a step, so the gate never changes a
+verdict; it skips the judgement a step that brought something new cannot need.
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class Detector(ABC):
     #: Profile name → config values that differ from ``Config``'s defaults under that profile
     #: (``detectors.profile``); a value in the configuration file still wins.
     profiles: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Whether the engine calls :meth:`record` instead of :meth:`observe` on a calm step (see above).
+    #: Default: False, so a detector that does not know the gate is observed on every step.
+    gated: ClassVar[bool] = False
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
@@ -96,6 +106,12 @@ class Detector(ABC):
 
         Called synchronously on the hot path, once per step, in arrival order; must not block.
         """
+
+    def record(self, state: Any, step: Step, ctx: StepContext) -> None:
+        """Observe a calm step (a tool step that brought something new, ``step.novel`` True) of a gated
+        detector: update ``state`` and report through ``ctx`` exactly as :meth:`observe` would on it,
+        leaving out only the work whose result such a step cannot change. Default: :meth:`observe`."""
+        self.observe(state, step, ctx)
 
     def overwritten_keys(self) -> frozenset[str]:
         """Span attribute keys this detector may pass to ``ctx.overwrite_attribute``. Default: none.

@@ -188,9 +188,7 @@ class DriftDetector(Detector):
         path = step.file_path or ""
         target = hash(path)
         fresh = self.config.progress_aware and step.novel is True
-        since = max((w.step for w in state.writes or () if w.target == target and w.changed), default=0)
-        since = max((r.step for r in state.reads or () if r.target == target and r.fresh), default=since)
-        count = 1 if fresh else 1 + sum(1 for r in state.reads or () if r.target == target and r.step >= since)
+        count = 1 if fresh else _reads_since_change(state, target) + 1
         if state.reads is None:
             state.reads = []
         state.reads.append(_Read(state.steps, target, fresh))
@@ -315,6 +313,14 @@ def _write(state: DriftState, step: Step) -> _Hit | None:
     if not reverted:
         return None
     return _Hit(EDIT_REVERT, path, sum(1 for w in earlier if w.reverted) + 1)
+
+
+def _reads_since_change(state: DriftState, target: int) -> int:
+    """Reads of ``target`` in the window since its last change: a write that changed it, or (progress-aware)
+    a read whose result was new."""
+    since = max((w.step for w in state.writes or () if w.target == target and w.changed), default=0)
+    since = max((r.step for r in state.reads or () if r.target == target and r.fresh), default=since)
+    return sum(1 for r in state.reads or () if r.target == target and r.step >= since)
 
 
 def _forget(state: DriftState, horizon: int) -> None:

@@ -125,6 +125,8 @@ class EntropyDetector(Detector):
     def new_state(self) -> EntropyState:
         return EntropyState()
 
+    gated: ClassVar[bool] = True
+
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
         counted = not cfg.progress_aware or (step.kind == "tool" and step.novel is not None
@@ -135,6 +137,21 @@ class EntropyDetector(Detector):
             state.window = (*state.window, entry)[-cfg.window:]
         elif len(state.window) > cfg.window:  # a reload shrank the window
             state.window = state.window[-cfg.window:]
+        self._conclude(state, counted, ctx)
+
+    def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
+        """A step that brought something new: its entry (progress-aware: with a result never seen in the
+        session) is kept without interning, since no other step shares it; the rest is :meth:`observe`'s."""
+        cfg = self.config
+        if not cfg.progress_aware or retrying(step, cfg.transient_retries):
+            self.observe(state, step, ctx)
+            return
+        state.window = (*state.window, (step.intent, step.name, step.outcome, _result(step)))[-cfg.window:]
+        self._conclude(state, True, ctx)
+
+    def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
+        """Score the window, set the span's score and severity, and alert or vote on a counted step."""
+        cfg = self.config
         value = score(state.window)
         severity = self.classify(value)
         ctx.set_attribute("otelloop.entropy_score", value)

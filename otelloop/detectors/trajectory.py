@@ -211,6 +211,8 @@ class TrajectoryDetector(Detector):
     def new_state(self) -> TrajectoryState:
         return TrajectoryState()
 
+    gated: ClassVar[bool] = True
+
     def observe(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
         if step.kind != "tool":
             return
@@ -232,6 +234,32 @@ class TrajectoryDetector(Detector):
             move = self._windows.slide(state.history, entry, state.multi_agent)
             signals = self._detect(state, move, step)
             state.history = move.after
+        self._conclude(state, signals, step, ctx)
+
+    def record(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
+        """A step that brought something new: no loop type fires on it (progress-aware), so it is kept
+        without its descriptor — semantic repeat compares only earlier steps that brought nothing new —
+        and without interning (a new result is no other step's), and the score decays as in
+        :meth:`observe`."""
+        cfg = self.config
+        if not cfg.progress_aware:
+            self.observe(state, step, ctx)
+            return
+        if retrying(step, cfg.transient_retries):
+            return
+        if len(state.history) > cfg.history:
+            state.history = state.history[-cfg.history:]
+        _note_agent(state, step.agent)
+        state.phantom_run = 0
+        entry = _Entry(step.name, step.agent, step.args_hash,
+                       step.state_hash if step.state_hash is not None else step.output_hash, None, False,
+                       step.file_path or step.command, step.novel, False)
+        state.history = (*state.history, entry)[-cfg.history:]
+        self._conclude(state, {}, step, ctx)
+
+    def _conclude(self, state: TrajectoryState, signals: dict[str, _Signal], step: Step, ctx: StepContext) -> None:
+        """Score the step's signals, set the span's score and level, report a rise and vote."""
+        cfg = self.config
         previous = state.level
         state.score = _next_score(state.score, signals, self._weights, cfg)
         state.level = _level(state.score, cfg)

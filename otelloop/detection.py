@@ -1,0 +1,167 @@
+"""Runs the enabled detectors on each step of a session, isolating failures, and folds their votes into the
+session's verdict.
+
+The engine lives beside the detectors package, not in it: it is what brings detectors and sessions
+(`otelloop.state`) together, so that the detectors never import the session store.
+
+**The novelty gate** (docs/architecture.md#the-novelty-gate). Every step is first judged by the
+session's progress tracker (``otelloop.progress``, O(1)). A tool step that brought something new
+(``Step.novel`` True) in a session no operator is watching is *calm*: a detector that declares itself
+``gated`` gets :meth:`~otelloop.detectors.base.Detector.record` for it — the bookkeeping its later
+judgements need and what it says about such a step — instead of its full
+:meth:`~otelloop.detectors.base.Detector.observe`. Every other step (a repeat, a step that cannot be
+judged, an LLM or agent step, any step of a watched session) runs every detector in full. ``record``
+must leave the state and the context as ``observe`` would on that step, so the gate changes the cost,
+never a verdict, finding or attribute; ``gate=False`` runs ``observe`` everywhere, and
+``tests/test_gate.py`` holds both to the same output on the corpora and their variants.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from otelloop import progress
+from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.registry import registered
+from otelloop.model import Step
+from otelloop.state import Session, slot
+
+log = logging.getLogger(__name__)
+
+#: Minimum seconds between two log lines about the same failing detector.
+ERROR_LOG_INTERVAL = 60.0
+#: Seconds a session stays watched after an operator read its detail (``summaries``), and how many
+#: sessions are watched at most (the oldest is forgotten beyond it).
+WATCH_SECONDS = 300.0
+MAX_WATCHED = 256
+
+
+class DetectorEngine:
+    """The detectors in force and the loop that runs them.
+
+    Args:
+        configs: detector name → validated config (``Config.detectors``); missing names use defaults.
+        only: restrict to these detector names (tests and benchmarks).
+        on_error: called with the detector name when a detector raises (metrics).
+        gate: let gated detectors only ``record`` calm steps (see above); False runs every detector in
+            full on every step (the equal-output tests compare the two).
+        clock: monotonic clock for how long a session stays watched (injectable for tests).
+    """
+
+    def __init__(self, configs: Mapping[str, DetectorConfig] | None = None, only: Iterable[str] | None = None,
+                 on_error: Callable[[str], None] | None = None, gate: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._only = set(only) if only is not None else None
+        self._on_error = on_error
+        self._last_error_log: dict[str, float] = {}
+        self.gate = gate
+        self._clock = clock
+        #: session id -> when its watch ends (monotonic), oldest first
+        self._watched: dict[str, float] = {}
+        self.detectors: list[Detector] = []
+        self.reconfigure(configs or {})
+
+    def reconfigure(self, configs: Mapping[str, DetectorConfig]) -> None:
+        """Swap in detectors built from new configs; session states are kept and used from the next step."""
+        detectors = []
+        for name, cls in registered().items():
+            if self._only is not None and name not in self._only:
+                continue
+            cfg = configs.get(name) or cls.Config()
+            if cfg.enabled:
+                detectors.append(cls(cfg))
+        self.detectors = detectors
+        #: (what to call, the detector, place of its state in a session's state list) for a step run in
+        #: full and for a calm step, and the list length they need
+        self._full = [(det.observe, det, slot(det.name)) for det in detectors]
+        self._calm = [(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors]
+        self._width = max((place + 1 for _, _, place in self._full), default=0)
+
+    def overwritten_keys(self) -> frozenset[str]:
+        """Span attribute keys the detectors in force may overwrite."""
+        return frozenset().union(*(det.overwritten_keys() for det in self.detectors))
+
+    def observe(self, session: Session, step: Step) -> StepContext:
+        """Run every detector on ``step`` (gated ones only ``record`` a calm step) and return what they
+        said; sets ``otelloop.verdict``."""
+        ctx = StepContext(session.id, step.agent or session.agent)
+        if session.progress is None:
+            session.progress = progress.new_state()
+        progress.observe(session.progress, step)
+        if progress.unjudged(step):
+            session.unjudged += 1
+        states = session.states
+        if len(states) < self._width:
+            states.extend([None] * (self._width - len(states)))
+        plan = self._calm if self.calm(session, step) else self._full
+        for run, det, place in plan:
+            try:
+                state = states[place]
+                if state is None:
+                    state = states[place] = det.new_state()
+                run(state, step, ctx)
+            except Exception:
+                self._failed(det.name)
+        votes = ctx.votes
+        if votes and (session.votes is not None or _raises(votes)):
+            # Votes of "continue" from detectors that hold no vote change nothing: most steps give only those.
+            session.apply_votes(votes)
+        for finding in ctx.findings:
+            session.remember(finding, step)
+        ctx.attributes["otelloop.verdict"] = session.verdict
+        return ctx
+
+    def calm(self, session: Session, step: Step) -> bool:
+        """Whether gated detectors only ``record`` this step: the gate is on, the step brought something new
+        (set by the progress tracker), and no operator watches the session (paused, or its detail read in
+        the last :data:`WATCH_SECONDS`)."""
+        return self.gate and step.novel is True and not session.paused and not self._watching(session.id)
+
+    def watch(self, session_id: str) -> None:
+        """Run every detector in full on the session's steps for the next :data:`WATCH_SECONDS`."""
+        watched = self._watched
+        watched.pop(session_id, None)
+        watched[session_id] = self._clock() + WATCH_SECONDS
+        if len(watched) > MAX_WATCHED:
+            del watched[next(iter(watched))]
+
+    def _watching(self, session_id: str) -> bool:
+        watched = self._watched
+        if not watched:
+            return False
+        until = watched.get(session_id)
+        if until is None:
+            return False
+        if until < self._clock():
+            del watched[session_id]
+            return False
+        return True
+
+    def _failed(self, name: str) -> None:
+        if self._on_error is not None:
+            self._on_error(name)
+        now = time.monotonic()
+        if now - self._last_error_log.get(name, -ERROR_LOG_INTERVAL) >= ERROR_LOG_INTERVAL:
+            self._last_error_log[name] = now
+            log.exception("detector %s failed on a step; the span is forwarded without its findings", name)
+
+    def summaries(self, session: Session) -> dict[str, dict[str, Any]]:
+        """Per-detector evidence for the sessions API; the session is watched from now on (:meth:`watch`)."""
+        self.watch(session.id)
+        out = {}
+        for det in self.detectors:
+            state = session.state(det.name)
+            if state is not None:
+                try:
+                    out[det.name] = det.summary(state)
+                except Exception:
+                    self._failed(det.name)
+        return out
+
+
+def _raises(votes: Mapping[str, tuple[str, str, str]]) -> bool:
+    """Whether any vote is more than ``continue``."""
+    return any(vote[0] != "continue" for vote in votes.values())
