@@ -7,6 +7,7 @@ stopped by their pid after the test.
 
 Tests of an optional extra (``frameworks``, ``semantic``, ``deploy``) skip when it is not installed and
 fail when it is missing under ``OTELLOOP_REQUIRE_EXTRAS=1`` (CI); see ``extras.py``.
+Tests that take minutes are marked ``slow`` (see :data:`SLOW`): ``-m "not slow"`` leaves them out.
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ from sinks import GrpcSink, HttpSink
 settings.register_profile("seeded", derandomize=True, database=None)
 if os.environ.get("OTELLOOP_FUZZ_SEEDED") == "1":
     settings.load_profile("seeded")
+
+
+#: Tests that take minutes, not seconds (load, outage and memory probes against a running server, replays
+#: of the labelled corpus and its production-like variants, the fuzzers): marked ``slow``, so that
+#: ``python -m pytest -m "not slow"`` is the quick loop. Nothing deselects them by default; .ci/run runs them.
+SLOW = ("robustness/", "test_metamorphic.py", "test_corpus_quality.py", "test_reliability.py", "test_fuzz.py")
+TESTS = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).as_posix().startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
