@@ -1494,7 +1494,7 @@ CREATE TABLE shop_order (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES 
 CREATE TABLE shop_return (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES shop_order(id), reason TEXT);
 """ + "".join(f"INSERT INTO shop_customer VALUES ({i}, 'c{i}@example.org', '{['north', 'south', 'east'][i % 3]}');\n" for i in range(1, 13)) \
     + "".join(f"INSERT INTO shop_order VALUES ({i}, {1 + i % 12}, '2026-10-{1 + i % 28:02d}', {20 + (i * 37) % 180});\n" for i in range(1, 41)) \
-    + "".join(f"INSERT INTO shop_return VALUES ({i}, {i * 3}, '{['size', 'damaged'][i % 2]}');\n" for i in range(1, 9))
+    + "".join(f"INSERT INTO shop_return VALUES ({i}, {i * 2 + 1}, '{['size', 'damaged'][i % 2]}');\n" for i in range(1, 9))
 
 
 def _sql(ws: Workspace, q: str) -> list[tuple[Any, ...]]:
