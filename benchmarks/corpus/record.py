@@ -6,6 +6,7 @@
     python benchmarks/corpus/record.py --list                 # the runs and their stories, no recording
     python benchmarks/corpus/record.py --dump runs/strands/strands.polling-loop-01.binpb   # read a run
     python benchmarks/corpus/record.py --holdout              # the held-out set, into benchmarks/holdout/
+    python benchmarks/corpus/record.py --holdout2             # the second held-out set, into benchmarks/holdout2/
 
 Needs the ``corpus`` extra (``pip install '.[corpus]'``). Each run is recorded in a fresh child process
 (instrumentations patch libraries globally) with a fresh workspace directory; as root, the child runs in
@@ -34,8 +35,10 @@ sys.path.insert(0, str(HERE))
 
 from recorder.drivers import DIALECTS
 
-#: Where the held-out set (``recorder/holdout.py``) is recorded: its own labels.json and runs/.
-HOLDOUT = HERE.parent / "holdout"
+#: The sets besides the corpus: name -> (the module of ``recorder/`` holding its stories, where it is recorded:
+#: its own labels.json and runs/).
+SETS = {"holdout": ("holdout", HERE.parent / "holdout"), "holdout2": ("holdout2", HERE.parent / "holdout2")}
+HOLDOUT = SETS["holdout"][1]
 #: A loop run must go on for at least this many tool calls after its first loop call.
 MIN_LOOP_TAIL = 8
 FRAMEWORK = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
@@ -46,28 +49,37 @@ DRIVER = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgr
           "smolagents": "smolagents"}
 
 
-def base_dir(holdout: bool = False) -> Path:
-    """The directory a set is recorded into (labels.json, runs/)."""
-    return HOLDOUT if holdout else HERE
+def _set_name(holdout: bool | str) -> str:
+    """``holdout`` as a set name: False/"" is the corpus, True the first held-out set, a string names a set."""
+    if holdout is True:
+        return "holdout"
+    return holdout or ""
 
 
-def run_file(run_id: str, holdout: bool = False) -> Path:
+def base_dir(holdout: bool | str = False) -> Path:
+    """The directory a set is recorded into (labels.json, runs/): the corpus's, or a named set's."""
+    name = _set_name(holdout)
+    return SETS[name][1] if name else HERE
+
+
+def run_file(run_id: str, holdout: bool | str = False) -> Path:
     return base_dir(holdout) / "runs" / run_id.split(".", 1)[0] / f"{run_id}.binpb"
 
 
-def load_catalog(holdout: bool = False) -> dict[str, Any]:
-    """The corpus's scenarios, or the held-out set's."""
-    if holdout:
-        from recorder.holdout import catalog
-    else:
-        from recorder.scenarios import catalog
-    return catalog()
+def load_catalog(holdout: bool | str = False) -> dict[str, Any]:
+    """The corpus's scenarios, or a named set's (``recorder/<module>.py``'s ``catalog()``)."""
+    import importlib
+
+    name = _set_name(holdout)
+    module = importlib.import_module(f"recorder.{SETS[name][0]}" if name else "recorder.scenarios")
+    catalog: dict[str, Any] = module.catalog()
+    return catalog
 
 
 # -- child: one run ---------------------------------------------------------------------------------------------
 
 
-def record_one(run_id: str, holdout: bool = False) -> dict[str, Any]:
+def record_one(run_id: str, holdout: bool | str = False) -> dict[str, Any]:
     import importlib
 
     from recorder.capture import frame, is_tool_span, spans_of
@@ -119,7 +131,8 @@ def record_one(run_id: str, holdout: bool = False) -> dict[str, Any]:
             "framework": FRAMEWORK[sc.dialect], "dialect": sc.dialect, "tool_calls": len(tools),
             "loop_start": loop_start, "description": sc.description, "task": sc.task,
             "requests": len(requests), "spans": len(spans),
-            "tools": sorted({r.tool for r in log.records})}
+            "tools": sorted({r.tool for r in log.records}),
+            **({"result_format": sc.setup["result_format"]} if "result_format" in sc.setup else {})}
 
 
 # -- parent -----------------------------------------------------------------------------------------------------
@@ -145,10 +158,10 @@ def _offline_prefix(offline: bool) -> list[str]:
     return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 
 
-def spawn(run_id: str, offline: bool, holdout: bool = False) -> tuple[str, dict[str, Any] | None, str, float]:
+def spawn(run_id: str, offline: bool, holdout: bool | str = False) -> tuple[str, dict[str, Any] | None, str, float]:
     started = time.perf_counter()
     cmd = [*_offline_prefix(offline), sys.executable, str(Path(__file__).resolve()), "--child", run_id,
-           *(["--holdout"] if holdout else [])]
+           *([f"--{_set_name(holdout)}"] if holdout else [])]
     proc = subprocess.run(cmd, check=False, env=_child_env(), capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - started
     if proc.returncode != 0:
@@ -169,15 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump", type=Path, help="print the spans of a recorded run and exit")
     parser.add_argument("--holdout", action="store_true",
                         help="the held-out set (recorder/holdout.py), recorded into benchmarks/holdout/")
+    parser.add_argument("--holdout2", action="store_true",
+                        help="the second held-out set (recorder/holdout2.py), recorded into benchmarks/holdout2/")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    which: bool | str = "holdout2" if args.holdout2 else args.holdout
     if args.child:
-        print(json.dumps(record_one(args.child, args.holdout)))
+        print(json.dumps(record_one(args.child, which)))
         return 0
     if args.dump:
         return dump(args.dump)
-    runs = load_catalog(args.holdout)
-    labels_path = base_dir(args.holdout) / "labels.json"
+    runs = load_catalog(which)
+    labels_path = base_dir(which) / "labels.json"
     selected = [sc for sc in runs.values()
                 if (not args.dialect or sc.dialect in args.dialect)
                 and (not args.scenario or sc.cls in args.scenario
@@ -195,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     started = time.perf_counter()
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for run_id, result, err, took in pool.map(lambda sc: spawn(sc.id, args.offline, args.holdout), selected):
+        for run_id, result, err, took in pool.map(lambda sc: spawn(sc.id, args.offline, which), selected):
             if result is None:
                 failed.append(run_id)
                 print(f"FAILED {run_id} ({took:.1f}s)\n{err}", file=sys.stderr, flush=True)
