@@ -359,9 +359,9 @@ def _remember_result(progress: ProgressState, key: int) -> bool:
     seen = progress.seen
     if _index(seen, key) >= 0:
         return False
+    if len(seen) >= MAX_RESULTS:
+        del seen[0]  # before the append, so that a full array keeps its size (no regrowth)
     seen.append(key)
-    if len(seen) > MAX_RESULTS:
-        del seen[0]
     return True
 
 
@@ -376,11 +376,11 @@ def _remember_call(progress: ProgressState, call: int, key: int) -> int:
         if key and results[i] == key:
             run = min(runs[i] + 1, MAX_RUN)
         del calls[i], results[i], runs[i]
+    elif len(calls) >= MAX_CALLS:
+        del calls[0], results[0], runs[0]  # before the append: a full array keeps its size
     calls.append(call)
     results.append(key)
     runs.append(run)
-    if len(calls) > MAX_CALLS:
-        del calls[0], results[0], runs[0]
     return run
 
 
