@@ -275,6 +275,7 @@ def _with_echo(output: int, echo: int) -> int:
 
 
 def _tool_hash(name: str) -> int:
+    """A tool's name as a 64-bit key: what its memory is found by (an int costs less than the name)."""
     return _stable("tool", name)
 
 
