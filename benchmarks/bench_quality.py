@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ for _path in (ROOT, ROOT / "benchmarks"):
 from otelloop.analyze import iter_requests  # noqa: E402
 from otelloop.config import Config, load_config  # noqa: E402
 from otelloop.model import VERDICT_RANK  # noqa: E402
-from otelloop.pipeline import Pipeline  # noqa: E402
+from otelloop.pipeline import Pipeline, Processed  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 HOLDOUT = Path(__file__).resolve().parent / "holdout"
@@ -103,10 +104,12 @@ def read_requests(run: dict[str, Any], corpus: Path = CORPUS) -> list[bytes]:
 
 
 def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
-           requests: list[bytes] | None = None) -> RunResult:
+           requests: list[bytes] | None = None, on_processed: Callable[[Processed], None] | None = None
+           ) -> RunResult:
     """One run through a fresh pipeline, request by request; where the verdict rose, and who raised it.
 
     ``requests``: the run's requests as given (a variant of the recording) instead of its file's.
+    ``on_processed``: called with what became of each request, in order (``benchmarks/digest.py``).
     """
     pipeline = Pipeline(config)
     pipeline.store.idle_timeout = float("inf")  # offline: nothing goes idle
@@ -144,6 +147,8 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
     findings: Counter[str] = Counter()
     for d in decoded:
         processed = pipeline.process(d)
+        if on_processed is not None:
+            on_processed(processed)
         for _, finding in processed.findings:
             findings[finding.detector] += 1
     res.findings = dict(sorted(findings.items()))

@@ -25,8 +25,14 @@ judgement, made once per step before the detectors run, and written on the step:
   ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new (an unjudged step
   ends the row: nothing says it brought nothing).
 
-State per session is one small integer array (results remembered, recent calls), bounded whatever the
-session's length; a result forgotten beyond :data:`MAX_RESULTS` would count as new again.
+State per session is one :class:`ProgressState` record, bounded whatever the session's length: the two
+counts above, the result keys seen (the last :data:`MAX_RESULTS`; a result forgotten would count as new
+again), the recent calls with their last result and its run (:data:`MAX_CALLS`), and per recent tool a
+:class:`ToolMemory` (:data:`MAX_TOOLS`): its last call and structured result, the cursor values that
+result handed back, and the paths it has seen changing as noise; besides, the counters learned to track
+the span clock per tool (:class:`~otelloop.mapping.noise.ClockTable`) and the session's polls and batch
+forms (:class:`~otelloop.work.WorkState`). Keys are 64-bit hashes kept in typed arrays, one array per
+meaning, so that a session costs a few small objects rather than an int object per key.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import functools
 import sys
 from array import array
 
-from otelloop.mapping.canonical import LEARNABLE, MAX_LEAVES, MAX_TOKENS, SAYS, hash_bytes, hash_text
+from otelloop.mapping.canonical import LEARNABLE, SAYS, hash_bytes, hash_text
 from otelloop.mapping.noise import ClockTable, without_clocks
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
 from otelloop.model import Step
@@ -45,36 +51,9 @@ from otelloop.work import WorkState, batched, poll_wait, target_key
 MAX_RESULTS = 48
 #: Distinct recent calls (and tools) whose last result is remembered per session.
 MAX_CALLS = 16
-#: Low bits of a remembered call entry that hold its run length.
-_RUN_BITS = 8
-_RUN_MASK = (1 << _RUN_BITS) - 1
-_MASK64 = (1 << 64) - 1
-#: Bytes of one element of a state array.
-_WIDTH = array("Q").itemsize
-
-
-#: A session's progress state is made of flat arrays of unsigned 64-bit integers, so that it costs a few
-#: small objects per session. ``keys``: ``[count, stale, n, seen_1 … seen_n, call_1, result_1, …]`` —
-#: the steps that brought something new, the tool steps in a row since the last one that did, the result
-#: keys remembered (oldest first, at most :data:`MAX_RESULTS`), then the recent calls (and tools) with
-#: their last result, its run length in the low bits (oldest first, at most :data:`MAX_CALLS`).
-#: ``tools`` (None until a tool returns a structured result or takes a token): one slot per recent tool
-#: (at most :data:`MAX_TOOLS`, see :func:`_slot`).
-class ProgressState:
-    """The progress tracker's state of one session (see above)."""
-
-    __slots__ = ("keys", "tools", "clocks", "work")
-
-    def __init__(self) -> None:
-        self.keys: array[int] = array("Q", (0, 0, 0))
-        self.tools: array[int] | None = None
-        self.clocks: ClockTable | None = None  # counters that track the span clock, per tool (_mask_clocks)
-        #: polls and batch forms (``otelloop.work``); None until a tool step is judged
-        self.work: WorkState | None = None
-
-
-_COUNT, _STALE, _SEEN, _HEADER = 0, 1, 2, 3
-
+#: Longest run a remembered call counts (a run length is one byte): a call repeating its result more
+#: often than this stays at it, which every threshold is far below.
+MAX_RUN = 255
 #: Recent tools whose last structured result and learned noise are remembered per session.
 MAX_TOOLS = 4
 #: Paths learned as noise remembered per tool (the most often seen changing are kept).
@@ -82,16 +61,76 @@ MAX_NOISY = 4
 #: A path is noise for its tool once its value has changed this many times between two results of the
 #: same call while the rest of the result stayed the same.
 LEARN_AFTER = 2
-#: A tool slot: ``[tool, call, sizes, leaves … (MAX_LEAVES), tokens … (MAX_TOKENS), noisy … (MAX_NOISY)]``
-#: — the tool's name hash, its last call, the sizes of the three lists (8 bits each; 255 leaves: the
-#: result was not compared as a structure), its last result's leaves and noise-shaped values, and the
-#: paths that behaved like noise with how often (``path CRC << 8 | count``).
-_LEAVES = 3
-_TOKENS = _LEAVES + MAX_LEAVES
-_NOISY = _TOKENS + MAX_TOKENS
-_SLOT = _NOISY + MAX_NOISY
-_NO_LEAVES = 255
+#: Times a path is counted changing at most (one byte each).
+MAX_CHANGES = 255
+_MASK64 = (1 << 64) - 1
+#: A leaf of a structured result (``Step.leaves``) is ``path CRC << 32 | value CRC`` (see
+#: :mod:`otelloop.mapping.canonical`): the path is its high half.
 _PATH_SHIFT = 32
+
+
+def _keys() -> array[int]:
+    """An empty array of 64-bit keys (hashes as unsigned integers: 8 bytes each, no int objects)."""
+    return array("Q")
+
+
+class ToolMemory:
+    """What a session remembers of one recent tool, to compare its next structured result with.
+
+    Kept for the last :data:`MAX_TOOLS` tools that returned a structured result or took a cursor, so that
+    pagination (a call handing back the cursor the last result gave) and noise (a path whose value changes
+    between results of the same call while the rest stays) can be recognised; see
+    :func:`_compare_structure`.
+    """
+
+    __slots__ = ("call", "changes", "leaves", "noisy", "tokens", "tool")
+
+    def __init__(self, tool: int) -> None:
+        #: the tool's name hash (:func:`_tool_hash`)
+        self.tool = tool
+        #: the arguments hash of its last call (0: no arguments known)
+        self.call = 0
+        #: its last result's leaves (``Step.leaves``), or None when that result was not compared as a
+        #: structure (not structured, or too large)
+        self.leaves: array[int] | None = None
+        #: the noise-shaped values its last result held (``Step.result_tokens``: a cursor it handed
+        #: back), or None for none
+        self.tokens: array[int] | None = None
+        #: paths (CRCs) seen changing between results of the same call, and how often each (parallel,
+        #: at most :data:`MAX_NOISY`); None until the first is seen
+        self.noisy: array[int] | None = None
+        self.changes: bytearray | None = None
+
+
+class ProgressState:
+    """The progress tracker's state of one session (see the module docstring).
+
+    The recent calls are three parallel sequences, oldest first: ``calls[i]`` (a call's hash, or a tool's
+    for the runs counted whatever the arguments), ``results[i]`` its last result key (0: unjudged) and
+    ``runs[i]`` how many times in a row it has given it.
+    """
+
+    __slots__ = ("calls", "clocks", "count", "results", "runs", "seen", "stale", "tools", "work")
+
+    def __init__(self) -> None:
+        #: steps of the session that brought something new
+        self.count = 0
+        #: tool steps in a row, up to the last one, that brought nothing new
+        self.stale = 0
+        #: result keys seen, oldest first (at most :data:`MAX_RESULTS`)
+        self.seen = _keys()
+        #: recent calls (at most :data:`MAX_CALLS`) with their last result and its run (see above)
+        self.calls = _keys()
+        self.results = _keys()
+        self.runs = bytearray()
+        #: the recent tools' memories, least recently used first; None until a tool returns a structured
+        #: result or takes a cursor
+        self.tools: list[ToolMemory] | None = None
+        #: counters that track the span clock, per tool (:func:`_mask_clocks`); None until a tool step
+        #: carries numbers
+        self.clocks: ClockTable | None = None
+        #: polls and batch forms (:mod:`otelloop.work`); None until a tool step is judged
+        self.work: WorkState | None = None
 
 
 def new_state() -> ProgressState:
@@ -103,7 +142,6 @@ def observe(progress: ProgressState, step: Step) -> None:
     """Judge ``step`` against the session's history and record it (sets ``novel``, ``repeats``,
     ``tool_repeats``, ``progress``, ``stale``; a call that only hands back the cursor its tool's last
     result gave gets ``args_hash`` of the call it continues)."""
-    state = progress.keys
     if step.kind == "tool":
         output = step.output_hash
         args = step.args_hash
@@ -116,31 +154,32 @@ def observe(progress: ProgressState, step: Step) -> None:
         if key is not None:
             plain = key
             key, of_batch = _batch_key(progress, step, key, call, paged=step.args_hash != args)
-            step.novel = _remember_result(state, key) and (of_batch or not step.result_flags & BLANK)
-            step.repeats = _remember_call(state, call, key)
+            step.novel = _remember_result(progress, key) and (of_batch or not step.result_flags & BLANK)
+            step.repeats = _remember_call(progress, call, key)
             step.wait = _poll_wait(progress, step, call, plain)  # a call's target is constant: compared unfolded
             if step.result_flags & TRANSIENT:
                 step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
                 # Only results that say nothing or fail count for a tool whatever its arguments: a batch
                 # of different calls acknowledged alike ("ok", "sent") is work.
-                step.tool_repeats = _remember_call(state, hash(step.name) & _MASK64, key)
+                step.tool_repeats = _remember_call(progress, hash(step.name) & _MASK64, key)
             if step.novel:
-                state[_COUNT] += 1
-                state[_STALE] = 0
+                progress.count += 1
+                progress.stale = 0
             else:
-                state[_STALE] += 1
+                progress.stale += 1
         else:
             # Unjudged: what came back is unknown, so this call's run and its tool's run start again.
-            step.repeats = _remember_call(state, call, 0)
-            _forget_call(state, hash(step.name) & _MASK64)
+            step.repeats = _remember_call(progress, call, 0)
+            _forget_call(progress, hash(step.name) & _MASK64)
             _poll_wait(progress, step, call, None)
-            state[_STALE] = 0
-    step.progress = state[_COUNT]
-    step.stale = state[_STALE]
+            progress.stale = 0
+    step.progress = progress.count
+    step.stale = progress.stale
 
 
 def _work(progress: ProgressState) -> WorkState:
+    """The session's work state, made on first use (most sessions' tools never poll or batch)."""
     work = progress.work
     if work is None:
         work = progress.work = WorkState()
@@ -157,8 +196,8 @@ def _batch_key(progress: ProgressState, step: Step, key: int, call: int, paged: 
     folded, first = target_key(_work(progress), step, key, call)
     if first is not None:  # the batch's first call was about its own target too: seen, and its call's last
         first_call, first_key = first
-        _remember_result(progress.keys, first_key)
-        _rekey_call(progress.keys, first_call, first_key)
+        _remember_result(progress, first_key)
+        _rekey_call(progress, first_call, first_key)
     if folded == key:
         return key, False
     step.result = folded
@@ -182,28 +221,25 @@ def unjudged(step: Step) -> bool:
 
 def results_kept(progress: ProgressState) -> int:
     """How many result keys the state remembers."""
-    return progress.keys[_SEEN]
+    return len(progress.seen)
 
 
 def calls_kept(progress: ProgressState) -> int:
     """How many calls (and tools) the state remembers the last result of."""
-    state = progress.keys
-    return (len(state) - _HEADER - state[_SEEN]) // 2
+    return len(progress.calls)
 
 
 def tools_kept(progress: ProgressState) -> int:
     """How many tools the state remembers the last structured result of."""
-    return 0 if progress.tools is None else len(progress.tools) // _SLOT
+    return 0 if progress.tools is None else len(progress.tools)
 
 
 def learned_noise(progress: ProgressState, tool: str) -> list[int]:
     """The path CRCs learned as noise for ``tool`` in this session (see :func:`_compare_structure`)."""
-    tools = progress.tools
-    at = -1 if tools is None else _find_slot(tools, _tool_hash(tool))
-    if tools is None or at < 0:
+    memory = _tool_memory(progress, _tool_hash(tool))
+    if memory is None or memory.noisy is None or memory.changes is None:
         return []
-    sizes = tools[at + 2]
-    return [e >> 8 for e in tools[at + _NOISY:at + _NOISY + (sizes >> 16 & 0xFF)] if e & 0xFF >= LEARN_AFTER]
+    return [path for path, times in zip(memory.noisy, memory.changes, strict=True) if times >= LEARN_AFTER]
 
 
 def result_key(step: Step, output: int | None = None) -> int | None:
@@ -262,15 +298,11 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
       sentences: those are progress or content) is noise for that tool in this session; results of the
       tool are then compared without the values at those paths.
     """
-    tools = progress.tools
-    if tools is None:
-        tools = progress.tools = array("Q")
     tool = _tool_hash(step.name)
-    at = _find_slot(tools, tool)
+    memory = _tool_memory(progress, tool)
     paging = False
-    if at >= 0 and step.arg_tokens and step.args_key is not None:
-        sizes = tools[at + 2]
-        handed = tools[at + _TOKENS:at + _TOKENS + (sizes >> 8 & 0xFF)]
+    if memory is not None and step.arg_tokens and step.args_key is not None:
+        handed = memory.tokens or ()
         if all(t in handed for t in step.arg_tokens):
             paging = True
             step.args_hash = step.args_key
@@ -278,14 +310,13 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
     leaves = step.leaves
     echo = 0 if paging else step.echo
     output = step.output_hash
-    if at >= 0:
-        noisy = _learn(tools, at, call, leaves)
+    if memory is not None:
+        noisy = _learn(memory, call, leaves)
         if noisy and leaves is not None:
             output = _without(leaves, noisy)
-            old = _old_leaves(tools, at)
-            if old is not None and tools[at + 1] == call:  # the last result, seen as it is now seen
-                _remember_result(progress.keys, _with_echo(_without(old, noisy), echo))
-    _store(tools, at, tool, call, leaves, step.result_tokens)
+            if memory.leaves is not None and memory.call == call:  # the last result, seen as it is now seen
+                _remember_result(progress, _with_echo(_without(memory.leaves, noisy), echo))
+    _store(progress, memory, tool, call, leaves, step.result_tokens)
     return None if output is None else _with_echo(output, echo)
 
 
@@ -309,8 +340,8 @@ def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
     table.tools[-1].output = masked
     if before is not None and before.call == call:
         old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), step.echo)
-        _remember_result(progress.keys, old)
-        _rekey_call(progress.keys, call, old, only_if=before.output)
+        _remember_result(progress, old)
+        _rekey_call(progress, call, old, only_if=before.output)
     return masked
 
 
@@ -320,77 +351,77 @@ def _with_echo(output: int, echo: int) -> int:
 
 
 def _tool_hash(name: str) -> int:
-    return _stable("tool", name) | 1  # never 0: an empty slot array holds no zero tool
+    """A tool's name as a 64-bit key: what its memory is found by (an int costs less than the name)."""
+    return _stable("tool", name)
 
 
-def _find_slot(tools: array[int], tool: int) -> int:
-    for at in range(0, len(tools), _SLOT):
-        if tools[at] == tool:
-            return at
-    return -1
+def _tool_memory(progress: ProgressState, tool: int) -> ToolMemory | None:
+    """The memory of the tool whose name hashes to ``tool``, if it is among the recent ones."""
+    for memory in progress.tools or ():
+        if memory.tool == tool:
+            return memory
+    return None
 
 
-def _old_leaves(tools: array[int], at: int) -> list[int] | None:
-    n = tools[at + 2] & 0xFF
-    return None if n == _NO_LEAVES else list(tools[at + _LEAVES:at + _LEAVES + n])
-
-
-def _learn(tools: array[int], at: int, call: int, leaves: tuple[int, ...] | None) -> set[int]:
+def _learn(memory: ToolMemory, call: int, leaves: tuple[int, ...] | None) -> set[int]:
     """Count the paths that changed between the tool's last result and this one of the same call; the
     paths learned as noise so far."""
-    sizes = tools[at + 2]
-    n_noisy = sizes >> 16 & 0xFF
-    noisy_at = at + _NOISY
-    old = _old_leaves(tools, at)
-    if leaves is not None and old is not None and tools[at + 1] == call and len(old) == len(leaves):
+    old = memory.leaves
+    if leaves is not None and old is not None and memory.call == call and len(old) == len(leaves):
         changed = [new for prev, new in zip(old, leaves, strict=True) if prev != new]
         same_paths = all(prev >> _PATH_SHIFT == new >> _PATH_SHIFT for prev, new in zip(old, leaves, strict=True))
         # something the result says stayed the same: what changed is beside it, not the result itself
         kept = any(prev == new and new & SAYS for prev, new in zip(old, leaves, strict=True))
         if same_paths and kept and 0 < len(changed) <= 2:
             for new in changed:
-                if not new & LEARNABLE:
-                    continue
-                path = new >> _PATH_SHIFT
-                entries = tools[noisy_at:noisy_at + n_noisy]
-                i = next((j for j, e in enumerate(entries) if e >> 8 == path), -1)
-                if i >= 0:
-                    tools[noisy_at + i] = (path << 8) | min((entries[i] & 0xFF) + 1, 0xFF)
-                elif n_noisy < MAX_NOISY:
-                    tools[noisy_at + n_noisy] = (path << 8) | 1
-                    n_noisy += 1
-                else:  # full: the path seen changing least often gives way
-                    j = min(range(n_noisy), key=lambda k: entries[k] & 0xFF)
-                    tools[noisy_at + j] = (path << 8) | 1
-            tools[at + 2] = (sizes & 0xFFFF) | (n_noisy << 16)
-    return {e >> 8 for e in tools[noisy_at:noisy_at + n_noisy] if e & 0xFF >= LEARN_AFTER}
+                if new & LEARNABLE:
+                    _count_change(memory, new >> _PATH_SHIFT)
+    if memory.noisy is None or memory.changes is None:
+        return set()
+    return {path for path, times in zip(memory.noisy, memory.changes, strict=True) if times >= LEARN_AFTER}
 
 
-def _without(leaves: tuple[int, ...] | list[int], noisy: set[int]) -> int:
+def _count_change(memory: ToolMemory, path: int) -> None:
+    """Count one more change of the value at ``path``; a new path takes a free place, or, when all
+    :data:`MAX_NOISY` are taken, the place of the path seen changing least often (the first of those)."""
+    if memory.noisy is None or memory.changes is None:
+        memory.noisy, memory.changes = array("L"), bytearray()
+    noisy, changes = memory.noisy, memory.changes
+    if path in noisy:
+        i = noisy.index(path)
+        changes[i] = min(changes[i] + 1, MAX_CHANGES)
+    elif len(noisy) < MAX_NOISY:
+        noisy.append(path)
+        changes.append(1)
+    else:
+        j = min(range(len(changes)), key=changes.__getitem__)
+        noisy[j], changes[j] = path, 1
+
+
+def _without(leaves: tuple[int, ...] | array[int], noisy: set[int]) -> int:
     """A stable hash of a result's leaves, the values at the ``noisy`` paths left out."""
     kept = array("Q", (leaf if leaf >> _PATH_SHIFT not in noisy else (leaf >> _PATH_SHIFT) << _PATH_SHIFT
                        for leaf in leaves))
     return hash_bytes(b"leaves" + kept.tobytes())
 
 
-def _store(tools: array[int], at: int, tool: int, call: int, leaves: tuple[int, ...] | None,
-           tokens: tuple[int, ...]) -> None:
-    """Remember this result as the tool's last one (its slot moves to the end: the most recent)."""
-    if at >= 0:
-        slot = tools[at:at + _SLOT]
-        del tools[at:at + _SLOT]
+def _store(progress: ProgressState, memory: ToolMemory | None, tool: int, call: int,
+           leaves: tuple[int, ...] | None, tokens: tuple[int, ...]) -> None:
+    """Remember this result as the tool's last one (its memory becomes the most recent; a new tool's
+    takes the place of the least recently used when :data:`MAX_TOOLS` are remembered)."""
+    tools = progress.tools
+    if tools is None:
+        tools = progress.tools = []
+    if memory is not None:
+        tools.remove(memory)
     else:
-        slot = array("Q", bytes(8 * _SLOT))
-        if len(tools) >= MAX_TOOLS * _SLOT:
-            del tools[:_SLOT]
-    n = _NO_LEAVES if leaves is None else len(leaves)
-    slot[0], slot[1] = tool, call
-    slot[2] = (slot[2] & ~0xFFFF) | n | (len(tokens) << 8)
-    if leaves is not None:
-        slot[_LEAVES:_LEAVES + n] = array("Q", leaves)
-    if tokens:
-        slot[_TOKENS:_TOKENS + len(tokens)] = array("Q", tokens)
-    tools.extend(slot)
+        memory = ToolMemory(tool)
+        if len(tools) >= MAX_TOOLS:
+            del tools[0]
+    tools.append(memory)
+    memory.call = call
+    memory.leaves = None if leaves is None else array("Q", leaves)
+    memory.tokens = array("Q", tokens) if tokens else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -399,64 +430,65 @@ def _stable(*parts: object) -> int:
     return hash_text("\x1f".join(map(str, parts)))
 
 
-def _remember_result(state: array[int], key: int) -> bool:
-    """Record a result key; True when it was not seen before."""
-    n = state[_SEEN]
-    if _find(state, key, _HEADER, _HEADER + n, 1) >= 0:
+def _remember_result(progress: ProgressState, key: int) -> bool:
+    """Record a result key; True when it was not seen before (the oldest is forgotten beyond
+    :data:`MAX_RESULTS`)."""
+    seen = progress.seen
+    if _index(seen, key) >= 0:
         return False
-    state.insert(_HEADER + n, key)
-    if n + 1 > MAX_RESULTS:
-        del state[_HEADER]
-    else:
-        state[_SEEN] = n + 1
+    if len(seen) >= MAX_RESULTS:
+        del seen[0]  # before the append, so that a full array keeps its size (no regrowth)
+    seen.append(key)
     return True
 
 
-def _remember_call(state: array[int], call: int, key: int) -> int:
-    """Record that ``call`` gave result ``key`` and return how many times in a row it now has."""
-    start = _HEADER + state[_SEEN]
-    packed_key = key & ~_RUN_MASK
+def _remember_call(progress: ProgressState, call: int, key: int) -> int:
+    """Record that ``call`` gave result ``key`` (0: unjudged) and return how many times in a row it now
+    has (up to :data:`MAX_RUN`); the call becomes the most recent, the oldest is forgotten beyond
+    :data:`MAX_CALLS`."""
+    calls, results, runs = progress.calls, progress.results, progress.runs
     run = 1
-    i = _find(state, call, start, len(state), 2)
+    i = _index(calls, call)
     if i >= 0:
-        last = state[i + 1]
-        if key and last & ~_RUN_MASK == packed_key:
-            run = min((last & _RUN_MASK) + 1, _RUN_MASK)
-        del state[i:i + 2]
-    state.append(call)
-    state.append(packed_key | run)
-    if len(state) - start > 2 * MAX_CALLS:
-        del state[start:start + 2]
+        if key and results[i] == key:
+            run = min(runs[i] + 1, MAX_RUN)
+        del calls[i], results[i], runs[i]
+    elif len(calls) >= MAX_CALLS:
+        del calls[0], results[0], runs[0]  # before the append: a full array keeps its size
+    calls.append(call)
+    results.append(key)
+    runs.append(run)
     return run
 
 
-def _rekey_call(state: array[int], call: int, key: int, only_if: int | None = None) -> None:
+def _rekey_call(progress: ProgressState, call: int, key: int, only_if: int | None = None) -> None:
     """Give ``call``'s remembered last result the key ``key`` (the same result seen anew), its run kept;
     with ``only_if``, only while that is the key it remembers."""
-    start = _HEADER + state[_SEEN]
-    i = _find(state, call, start, len(state), 2)
-    if i >= 0 and (only_if is None or state[i + 1] & ~_RUN_MASK == only_if & _MASK64 & ~_RUN_MASK):
-        state[i + 1] = (key & _MASK64 & ~_RUN_MASK) | (state[i + 1] & _RUN_MASK)
+    i = _index(progress.calls, call)
+    if i >= 0 and (only_if is None or progress.results[i] == only_if & _MASK64):
+        progress.results[i] = key & _MASK64
 
 
-def _forget_call(state: array[int], call: int) -> None:
+def _forget_call(progress: ProgressState, call: int) -> None:
     """Drop ``call``'s remembered result, if any: its next result starts a new run."""
-    start = _HEADER + state[_SEEN]
-    i = _find(state, call, start, len(state), 2)
+    i = _index(progress.calls, call)
     if i >= 0:
-        del state[i:i + 2]
+        del progress.calls[i], progress.results[i], progress.runs[i]
 
 
-def _find(state: array[int], value: int, begin: int, end: int, stride: int) -> int:
-    """Index of ``value`` among ``state[begin:end:stride]``, or -1.
+_WIDTH = array("Q").itemsize
+
+
+def _index(keys: array[int], value: int) -> int:
+    """Index of ``value`` in ``keys``, or -1.
 
     A byte search over the array's memory: ``array.index`` makes an int object of every element it
-    passes, which made the lookups the larger part of judging a step.
+    passes, which made the lookups the larger part of judging a step. A match that starts inside an
+    element (its bytes straddling two) is skipped.
     """
-    raw = state.tobytes()
+    raw = keys.tobytes()
     needle = value.to_bytes(_WIDTH, sys.byteorder)
-    lo, hi, step = begin * _WIDTH, end * _WIDTH, stride * _WIDTH
-    pos = raw.find(needle, lo, hi)
-    while pos >= 0 and (pos - lo) % step:  # a match across two elements, or at a result's place
-        pos = raw.find(needle, pos + 1, hi)
+    pos = raw.find(needle)
+    while pos >= 0 and pos % _WIDTH:
+        pos = raw.find(needle, pos + 1)
     return -1 if pos < 0 else pos // _WIDTH

@@ -314,7 +314,7 @@ def test_structure_memory_is_bounded() -> None:
         assert progress.tools_kept(state) <= progress.MAX_TOOLS
         for t in range(17):
             assert len(progress.learned_noise(state, f"tool{t}")) <= progress.MAX_NOISY
-    assert state.tools is not None and len(state.tools) <= progress.MAX_TOOLS * progress._SLOT
+    assert state.tools is not None and len(state.tools) <= progress.MAX_TOOLS
 
 
 def test_a_result_with_more_leaves_than_remembered_is_compared_by_its_hash() -> None:

@@ -105,37 +105,119 @@ def test_state_stays_bounded() -> None:
     state = progress.new_state()
     for i in range(10 * MAX_RESULTS):
         progress.observe(state, tool(f"t{i % 50}", i, i))
-    assert progress.results_kept(state) == MAX_RESULTS
+    assert progress.results_kept(state) == len(state.seen) == MAX_RESULTS
     assert progress.calls_kept(state) == progress.MAX_CALLS
-    assert len(state.keys) == 3 + MAX_RESULTS + 2 * progress.MAX_CALLS
+    assert len(state.calls) == len(state.results) == len(state.runs) == progress.MAX_CALLS
+
+
+def test_the_oldest_result_is_forgotten_first() -> None:
+    """Beyond MAX_RESULTS distinct results the oldest counts as new again; the others are still known."""
+    state = progress.new_state()
+    for i in range(MAX_RESULTS + 1):
+        progress.observe(state, tool("read", i, i))
+    again = [tool("read", 99, 1), tool("read", 98, MAX_RESULTS), tool("read", 97, 0)]
+    for step in again:
+        progress.observe(state, step)
+    assert [s.novel for s in again] == [False, False, True]
+
+
+def test_the_least_recently_used_call_is_forgotten_first() -> None:
+    """Beyond MAX_CALLS distinct calls the one used longest ago loses its run; using a call keeps it."""
+    state = progress.new_state()
+    calls = progress.MAX_CALLS
+    for i in range(calls):
+        progress.observe(state, tool("get", i, 1000 + i))
+    repeated = tool("get", 0, 1000)  # call 0 is used again: now call 1 is the oldest
+    progress.observe(state, repeated)
+    progress.observe(state, tool("get", calls, 1000 + calls))  # one call too many: call 1 goes
+    kept, forgotten = tool("get", 0, 1000), tool("get", 1, 1001)
+    progress.observe(state, kept)
+    progress.observe(state, forgotten)
+    assert (repeated.repeats, kept.repeats, forgotten.repeats) == (2, 3, 1)
+    assert progress.calls_kept(state) == calls
+
+
+def test_a_run_saturates_at_its_maximum_and_a_new_result_starts_it_again() -> None:
+    steps = [tool("poll", 1, 10) for _ in range(progress.MAX_RUN + 5)] + [tool("poll", 1, 11), tool("poll", 1, 11)]
+    runs = [r for _, r, _, _ in judged(*steps)]
+    assert runs[:3] == [1, 2, 3]
+    assert runs[progress.MAX_RUN - 1:progress.MAX_RUN + 5] == [progress.MAX_RUN] * 6
+    assert runs[-2:] == [1, 2]
+    assert progress.MAX_RUN == 255
+
+
+def test_a_tool_run_and_a_call_run_are_counted_apart() -> None:
+    """A failing tool's run whatever its arguments sits beside each call's own run, in the same bounded
+    memory of recent calls."""
+    steps = [tool("run", i % 2, 7, result_flags=FAILED) for i in range(4)]
+    assert [(r, t) for _, r, t, _ in judged(*steps)] == [(1, 1), (1, 2), (2, 3), (2, 4)]
+
+
+def structured(name: str, args: int, *leaves: int, tokens: tuple[int, ...] = ()) -> Step:
+    """A tool step whose result is structured: ``leaves`` as the mapping makes them (path << 32 | value)."""
+    return make_step(name, args_hash=args, output_hash=hash_text(repr(leaves)), leaves=leaves,
+                     result_tokens=tokens)
+
+
+def test_the_least_recently_used_tool_is_forgotten_first() -> None:
+    state = progress.new_state()
+    for name in "abcd":
+        progress.observe(state, structured(name, 1, 1 << 32 | 2))
+    progress.observe(state, structured("a", 1, 1 << 32 | 3))  # a is used again: b is now the oldest
+    progress.observe(state, structured("e", 1, 1 << 32 | 4))
+    assert progress.tools_kept(state) == progress.MAX_TOOLS
+    assert state.tools is not None
+    assert [m.tool for m in state.tools] == [progress._tool_hash(n) for n in "cdae"]
+
+
+def test_a_tool_forgotten_no_longer_recognises_its_cursor() -> None:
+    """Pagination needs the tool's memory: once evicted, a call handing back its cursor is a new call."""
+    state = progress.new_state()
+    cursor = 77
+    progress.observe(state, structured("list", 1, 1 << 32 | 2, tokens=(cursor,)))
+    page = make_step("list", args_hash=2, args_key=5, arg_tokens=(cursor,), output_hash=1, leaves=(1 << 32 | 3,))
+    progress.observe(state, page)
+    assert page.args_hash == 5  # the call it continues
+    for name in "bcde":  # four other tools: "list" is forgotten
+        progress.observe(state, structured(name, 1, 1 << 32 | 2))
+    late = make_step("list", args_hash=2, args_key=5, arg_tokens=(cursor,), output_hash=1, leaves=(1 << 32 | 3,))
+    progress.observe(state, late)
+    assert late.args_hash == 2
+
+
+def test_a_new_noisy_path_takes_the_place_of_the_one_seen_changing_least() -> None:
+    memory = progress.ToolMemory(1)
+    for path in (1, 1, 2, 3, 2, 4, 1):
+        progress._count_change(memory, path)
+    assert (list(memory.noisy or ()), list(memory.changes or b"")) == ([1, 2, 3, 4], [3, 2, 1, 1])
+    progress._count_change(memory, 5)  # full: 3 and 4 changed once; the first of them gives way
+    assert (list(memory.noisy or ()), list(memory.changes or b"")) == ([1, 2, 5, 4], [3, 2, 1, 1])
+    for _ in range(300):
+        progress._count_change(memory, 2)
+    assert memory.changes is not None and memory.changes[1] == progress.MAX_CHANGES == 255
 
 
 def test_a_call_key_equal_to_a_remembered_result_is_not_taken_for_that_call() -> None:
-    """Calls and their last results share one array; a call whose key happens to equal a result
-    entry is found at its own place, not at the result's."""
-    whole = progress.new_state()
-    state = whole.keys
+    """Calls and their results are remembered apart: a call whose key equals another call's result is a
+    call of its own."""
+    state = progress.new_state()
     first, result = 5 << 8, 7 << 8
     assert progress._remember_call(state, first, result) == 1
-    lookalike = result | 1  # the packed entry of ``first``'s result: its key and a run of 1
-    assert progress._remember_call(state, lookalike, 9 << 8) == 1
-    assert progress.calls_kept(whole) == 2
-    assert progress._remember_call(state, lookalike, 9 << 8) == 2
+    assert progress._remember_call(state, result, 9 << 8) == 1
+    assert progress.calls_kept(state) == 2
+    assert progress._remember_call(state, result, 9 << 8) == 2
     assert progress._remember_call(state, first, result) == 2
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([0, 1, 2, 0x0100, 0x01_00000000_00000000 >> 8, (1 << 64) - 1, 1 << 63]),
                 max_size=24),
-       st.sampled_from([0, 1, 2, 0x0100, (1 << 64) - 1, 1 << 63]), st.integers(0, 24), st.sampled_from([1, 2]))
-def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[int], value: int, begin: int,
-                                                                 stride: int) -> None:
-    """Values whose bytes straddle two elements, or sit at an odd place when only even places count,
-    are not matches."""
-    state = array("Q", values)
-    begin = min(begin, len(values))
-    expected = next((i for i in range(begin, len(values), stride) if values[i] == value), -1)
-    assert progress._find(state, value, begin, len(values), stride) == expected
+       st.sampled_from([0, 1, 2, 0x0100, (1 << 64) - 1, 1 << 63]))
+def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[int], value: int) -> None:
+    """Values whose bytes straddle two elements are not matches."""
+    keys = array("Q", values)
+    expected = values.index(value) if value in values else -1
+    assert progress._index(keys, value) == expected
 
 
 def test_a_step_known_only_by_its_name_is_unjudged() -> None:
