@@ -134,6 +134,14 @@ def test_the_volatile_patterns_agree_with_their_plain_forms_at_word_edges(text: 
         assert [m.span() for m in fast.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
 
 
+@given(st.lists(_EDGY, min_size=1, max_size=4).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_a_volatile_pattern_is_skipped_only_where_it_cannot_match(text: str) -> None:
+    for pattern, _, gate in results._VOLATILE:
+        if pattern.search(text) is not None:
+            assert gate is None or gate.search(text) is not None, pattern.pattern
+
+
 _PLAIN_FAILURE = re.compile(
     r"\b[1-9]\d*\s+(?:[\w-]+\s+)?(?:failed|failures?|errors?|failing|broken|red)\b"
     r"|\bAssertionError\b|\bFAILED\s*\((?:failures|errors)=[1-9]|^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:"
@@ -154,12 +162,14 @@ _FAILURE_WORDS = ["2 failed", "1 test failed", "3 errors", "0 failed", "x2 faile
 @settings(max_examples=400, deadline=None)
 def test_the_failure_searches_find_what_one_plain_alternation_finds(text: str) -> None:
     assert any(p.search(text) for p in results._FAILURE_TEXTS) == (_PLAIN_FAILURE.search(text) is not None)
+    assert results._reports_failure(text) == (_PLAIN_FAILURE.search(text) is not None)
 
 
 @pytest.mark.parametrize("word", _FAILURE_WORDS)
 def test_each_failure_form_is_found_as_by_the_plain_alternation(word: str) -> None:
     for text in (word, f"x {word} y", f"a\n{word}\n", f"z{word}"):
         assert any(p.search(text) for p in results._FAILURE_TEXTS) == (_PLAIN_FAILURE.search(text) is not None)
+        assert results._reports_failure(text) == (_PLAIN_FAILURE.search(text) is not None)
 
 
 _PLAIN_BLANK = re.compile(

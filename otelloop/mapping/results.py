@@ -53,37 +53,39 @@ def _ids_only(match: re.Match[str]) -> str:
     return "<id>"
 
 
-#: (pattern, replacement, substrings one of which every match contains — empty when no substring is
-#: common to all matches: the substring test is a fraction of a search's cost, and most results hold no
-#: such part at all).
+#: (pattern, replacement, gate): the gate is a cheaper search that every match of the pattern also
+#: matches — a literal, or one beginning with a literal, which the engine finds as fast as a substring —
+#: or None when no such search is known. A gate costs a fraction of the pattern's search, and most results
+#: hold no such part at all.
 #:
 #: Each pattern begins with a literal or a character class, never with ``\b``: the regular expression
 #: engine then skips ahead to where a match can begin instead of trying every position, which halves
 #: the cost of a search. The word boundary a match must begin at is checked just after its first
 #: character, by a lookbehind over that character and the one before it (``X(?<!\wX)`` is ``\bX``
 #: for a word character ``X``, including at the start of the text).
-_VOLATILE: tuple[tuple[re.Pattern[str], Any, tuple[str, ...]], ...] = (
+_VOLATILE: tuple[tuple[re.Pattern[str], Any, re.Pattern[str] | None], ...] = (
     (re.compile(r"[0-9a-fA-F](?<!\w[0-9a-fA-F])[0-9a-fA-F]{7}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-                r"[0-9a-fA-F]{12}\b"), "<uuid>", ("-",)),
+                r"[0-9a-fA-F]{12}\b"), "<uuid>", re.compile(r"-[0-9a-fA-F]{4}-")),
     (re.compile(r"\d(?<!\w\d)\d{3}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
-     "<date>", ("-",)),
+     "<date>", re.compile(r"-\d\d-")),
     # HTTP dates (RFC 9110 IMF-fixdate): "Tue, 25 Nov 2026 10:00:00 GMT".
     (re.compile(r"(?<!\w)(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
-                r"\d{4} \d{2}:\d{2}:\d{2} GMT"), "<date>", (" GMT",)),
-    (re.compile(r"\d(?<!\w\d)\d?:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>", (":",)),
+                r"\d{4} \d{2}:\d{2}:\d{2} GMT"), "<date>", re.compile(" GMT")),
+    (re.compile(r"\d(?<!\w\d)\d?:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>", re.compile(r":\d\d:")),
     (re.compile(r"/(?:private/)?(?:tmp|var/tmp|var/folders|dev/shm)/[^\s'\":,)\]]*"), "<tmp>",
-     ("/tmp/", "/var/folders/", "/dev/shm/")),
-    (re.compile(r"0(?<!\w0)x[0-9a-fA-F]{4,}\b"), "<addr>", ("0x",)),
+     re.compile("/(?:tmp|var/folders|dev/shm)/")),
+    (re.compile(r"0(?<!\w0)x[0-9a-fA-F]{4,}\b"), "<addr>", re.compile("0x")),
     # Ids: long runs of hex digits mixing letters and digits (commit shas, request ids, object ids).
-    (re.compile(r"[0-9a-fA-F](?<!\w[0-9a-fA-F])[0-9a-fA-F]{7,}\b"), _ids_only, ()),
+    (re.compile(r"[0-9a-fA-F](?<!\w[0-9a-fA-F])[0-9a-fA-F]{7,}\b"), _ids_only, None),
     # Relative ages ("3 minutes ago", "5s ago"), compact durations ("1h2m3s", "2m30.5s") and ISO 8601
     # durations ("PT1.5S", "P1DT2H").
     (re.compile(r"\d(?<!\w\d)\d*\s?(?:s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?|w|wks?|weeks?|"
-                r"mo|months?|y|yrs?|years?)\s+ago\b"), "<age>", ("ago",)),
-    (re.compile(r"\d(?<!\w\d)\d*(?:h\d+m(?:\d+(?:\.\d+)?s)?|h\d+(?:\.\d+)?s|m\d+(?:\.\d+)?s)\b"), "<dur>", ()),
-    (re.compile(r"P(?<!\wP)(?:\d+[YMWD])*T(?:\d+(?:\.\d+)?[HMS])+\b"), "<dur>", ("T",)),
+                r"mo|months?|y|yrs?|years?)\s+ago\b"), "<age>", re.compile("ago")),
+    (re.compile(r"\d(?<!\w\d)\d*(?:h\d+m(?:\d+(?:\.\d+)?s)?|h\d+(?:\.\d+)?s|m\d+(?:\.\d+)?s)\b"), "<dur>",
+     re.compile(r"[hm]\d")),
+    (re.compile(r"P(?<!\wP)(?:\d+[YMWD])*T(?:\d+(?:\.\d+)?[HMS])+\b"), "<dur>", re.compile("T")),
     # Durations: "in 0.03s", "0.12 seconds", "(15 ms)", "took 1.2s". Counts without a unit stay.
-    (re.compile(r"\d(?<!\w\d)\d*(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", ()),
+    (re.compile(r"\d(?<!\w\d)\d*(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|µs|us|ns)\b"), "<dur>", None),
 )
 #: A number after a key and a ``:`` or ``=``; a duration when the key names its time unit (``uptime_ms:
 #: 7341234``, ``latencyMs=12``: :func:`~otelloop.mapping.noise.time_unit_key`), as a JSON number under
@@ -132,9 +134,6 @@ _ACK_TEXT = re.compile(
 
 _DIGIT = re.compile(r"\d")
 
-#: Words one of which every failure pattern below contains (in lower case): a text without any skips
-#: the searches.
-_FAILURE_HINT = re.compile("fail|error|red|broken|traceback|exit|return|not found")
 
 #: A failure summary, in three searches (a text is a failure report when one of them matches). Each
 #: begins with a literal or a character class, with the word boundary checked after the first character
@@ -156,6 +155,14 @@ _FAILURE_TEXTS = (
         r"|r(?<!\wr)eturn\s?(?:code|status)\s*[:=]?\s*[1-9]\d*\b"
         r"|c(?<!\wc)ommand not found\b"),
     re.compile(r"^(?:FAIL|FAILED|ERROR)\b|^--- FAIL:", re.MULTILINE),     # go test, generic markers
+)
+#: Per search of :data:`_FAILURE_TEXTS` (which are case-sensitive), words one of which every match of it
+#: holds: a text holding none of them skips that search.
+_FAILURE_NEEDS = (
+    ("fail", "error", "broken", "red"),
+    ("ail", "AIL", "rror", "RROR"),
+    ("AssertionError", "FAILED", "Traceback", "exit", "return", "command not found"),
+    ("FAIL", "ERROR"),
 )
 
 
@@ -182,8 +189,8 @@ _TEN_DIGITS = re.compile(r"\d{10}")
 
 def _normalise(text: str) -> str:
     """Every volatile part but runs of digits (which depend on the span clock) replaced."""
-    for pattern, placeholder, needed in _VOLATILE:
-        if not needed or any(part in text for part in needed):
+    for pattern, placeholder, gate in _VOLATILE:
+        if gate is None or gate.search(text) is not None:
             text = pattern.sub(placeholder, text)
     if ":" in text or "=" in text:
         text = _KEYED_NUMBER.sub(_unit_keyed, text)
@@ -202,10 +209,9 @@ def result_flags(text: str, empty: bool) -> int:
     # A failure report is identified by its text even when it says "not found" somewhere (a checker's
     # "link target not found: x.md"): two different failures must not look alike as "nothing found".
     tail = stripped[-_FAILURE_TAIL_CHARS:]
-    lowered = tail.lower()
-    if _FAILURE_HINT.search(lowered) is not None and any(p.search(tail) for p in _FAILURE_TEXTS):
+    if _reports_failure(tail):
         return FAILED
-    if len(stripped) <= _BLANK_MAX_CHARS and _says_nothing(stripped, lowered):  # short: tail is all of it
+    if len(stripped) <= _BLANK_MAX_CHARS and _says_nothing(stripped, stripped.lower()):  # short: tail is all
         return BLANK
     if len(stripped) <= _ACK_MAX_CHARS and _ACK_TEXT.search(stripped):
         return ACK
@@ -218,6 +224,14 @@ def judged_flags(text: str, empty: bool) -> int:
     if not flags & FAILED and (empty or len(text.strip()) <= _TERSE_MAX_CHARS):
         flags |= TERSE
     return flags
+
+
+def _reports_failure(text: str) -> bool:
+    """Whether one of :data:`_FAILURE_TEXTS` is found in ``text``, each search made only when ``text``
+    holds one of the words every match of it holds (:data:`_FAILURE_NEEDS`): a substring test costs a
+    fraction of a search, and most results are no failure report."""
+    return any(any(word in text for word in needs) and pattern.search(text) is not None
+               for pattern, needs in zip(_FAILURE_TEXTS, _FAILURE_NEEDS, strict=True))
 
 
 def _says_nothing(text: str, lowered: str) -> bool:
