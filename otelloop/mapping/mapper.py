@@ -163,14 +163,8 @@ def _says_what_failed(info: SpanInfo) -> bool:
 
 #: Arguments longer than this are content, never a batch call's target (:mod:`otelloop.mapping.targets`).
 _TARGET_ARGS_CHARS = 1024
-
-
-def _target(step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
-    """What a call that answered briefly or with nothing is about (``Step.args_form``, ``Step.target``):
-    only such answers can make a batch (``otelloop.work``), so only they pay for reading it."""
-    if (parsed is not None and step.outcome != "error" and step.result_flags & (BLANK | TERSE)
-            and len(raw_args) <= _TARGET_ARGS_CHARS):
-        step.args_form, step.target = call_target(parsed)
+#: Bytes of a memoised target beside its key: the entry, the tuple and its two integers.
+_TARGET_ENTRY_BYTES = 200
 
 
 def _metadata_kind(raw: str) -> str | None:
@@ -259,6 +253,7 @@ class Mapper:
         self._tool_cache = TextMemo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
         #: raw name (tool, agent, service, environment, model, intent, node) → its bounded, shared form
         self._names = TextMemo(4 * self.max_string_bytes)
+        self._targets = TextMemo(_TARGET_ARGS_CHARS)  # raw args → (form, target) of a brief answer's call
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
         """What the reader can map itself (None with mapping rules configured: rules need the mapper).
@@ -421,7 +416,20 @@ class Mapper:
             step.outcome = "empty"
         if step.kind == "tool":
             self._tool_details(step, raw_args, parsed)
-            _target(step, raw_args, parsed)
+            self._target(step, raw_args, parsed)
+
+    def _target(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
+        """What a call that answered briefly or with nothing is about (``Step.args_form``, ``Step.target``):
+        only such answers can make a batch (``otelloop.work``), so only they pay for reading it; memoised
+        by the raw arguments, which a looping agent repeats."""
+        if (parsed is None or step.outcome == "error" or not step.result_flags & (BLANK | TERSE)
+                or len(raw_args) > _TARGET_ARGS_CHARS):
+            return
+        target = self._targets.get(raw_args)
+        if target is None:
+            target = call_target(parsed)
+            self._targets.remember(raw_args, target, len(raw_args), sys.getsizeof(raw_args) + _TARGET_ENTRY_BYTES)
+        step.args_form, step.target = target
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
         """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""
