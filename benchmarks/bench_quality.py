@@ -51,10 +51,6 @@ from otelloop.pipeline import Pipeline  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 HOLDOUT = Path(__file__).resolve().parent / "holdout"
-#: Dialects the production-like variants (``--variant``) leave out: the corpus's noisy runs
-#: (``corpus/recorder/noisy.py``), whose results already carry per-call noise; the variants' table
-#: (tests/test_metamorphic.py BASELINE) was measured without them.
-VARIANT_EXCLUDED_DIALECTS = frozenset({"langgraph_openllmetry", "autogen", "google_adk", "llamaindex", "agno"})
 #: A loop is stopped in time when the stop comes at most this many tool calls after its first call.
 IN_TIME = 6
 
@@ -290,8 +286,6 @@ def evaluate_variant(name: str, config_path: str | None = None, sets: tuple[Path
     for corpus in sets:
         results = out.setdefault(corpus.name, [])
         for run in load_labels(corpus):
-            if run["dialect"] in VARIANT_EXCLUDED_DIALECTS:
-                continue
             requests = read_requests(run, corpus)
             if variant is not None:
                 made = variant.transform(run, requests, variants.DEFAULT_SEED if seed is None else seed)

@@ -108,3 +108,27 @@ def test_llamaindex_arguments_are_the_bound_keyword_arguments() -> None:
     run = _runs("llamaindex")[0]
     first = _tool_steps(run["file"])[0]
     assert not first.args_text.startswith('{"kwargs"')
+
+
+def test_labels_follow_the_written_scenarios() -> None:
+    """Each noisy run's label, class, tool calls and loop start are its scenario's (recorder/noisy.py, written
+    before any recording): the loop starts at the first call of the turn the scenario marks."""
+    import sys
+
+    sys.path.insert(0, str(CORPUS))
+    try:
+        from recorder.noisy import catalog
+    finally:
+        sys.path.remove(str(CORPUS))
+    scenarios = catalog()
+    labelled = [r for d in NOISY for r in _runs(d)]
+    assert {r["id"] for r in labelled} == set(scenarios)
+    for run in labelled:
+        sc = scenarios[run["id"]]
+        assert (run["label"], run["scenario"], run["description"]) == (sc.label, sc.cls, sc.description)
+        assert run["tool_calls"] == sum(len(t.calls) for t in sc.turns)
+        if sc.label == "loop":
+            before = next(i for i, t in enumerate(sc.turns) if t.loop_start)
+            assert run["loop_start"] == 1 + sum(len(t.calls) for t in sc.turns[:before]), run["id"]
+        else:
+            assert run["loop_start"] is None
