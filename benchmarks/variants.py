@@ -146,7 +146,40 @@ def _unwrap(raw: str) -> tuple[str, Callable[[str], str]] | None:
                 o["output"]["content"] = t
                 return json.dumps(o, separators=(",", ":"))
             return obj["output"]["content"], wrap_ls
+        found = _unwrap_noisy_dialects(obj)
+        if found is not None:
+            return found
     return raw, lambda t: t
+
+
+def _unwrap_noisy_dialects(obj: Any) -> tuple[str, Callable[[str], str]] | None:
+    """The envelopes of the corpus's noisy dialects: OpenLLMetry's LangChain callback record holding a
+    ``ToolMessage`` (``{"output": {"lc": 1, …, "kwargs": {"content": …}}, "kwargs": …}``), LlamaIndex's
+    ``ToolOutput`` (``blocks``, ``raw_input``, ``raw_output``, …) and Google ADK's ``{"result": …}``."""
+    if not isinstance(obj, dict):
+        return None
+    out = obj.get("output")
+    if set(obj) == {"output", "kwargs"} and isinstance(out, dict) and isinstance(out.get("kwargs"), dict) \
+            and isinstance(out["kwargs"].get("content"), str):
+        def wrap_ll(t: str) -> str:
+            o = copy.deepcopy(obj)
+            o["output"]["kwargs"]["content"] = t
+            return json.dumps(o)
+        return out["kwargs"]["content"], wrap_ll
+    if {"tool_name", "raw_input", "raw_output"} <= set(obj) and isinstance(obj["raw_output"], str):
+        def wrap_li(t: str) -> str:
+            o = copy.deepcopy(obj)
+            o["raw_output"] = t
+            for b in o.get("blocks") or []:
+                if isinstance(b, dict) and "text" in b:
+                    b["text"] = t
+            if "content" in o:
+                o["content"] = t
+            return json.dumps(o, separators=(",", ":"))
+        return obj["raw_output"], wrap_li
+    if set(obj) == {"result"} and isinstance(obj["result"], str):
+        return obj["result"], lambda t: json.dumps({"result": t})
+    return None
 
 
 def _blocks(raw: str) -> tuple[str, Callable[[str], str]] | None:
@@ -233,6 +266,18 @@ def set_result(span: Span, dialect: str, text: str) -> None:
         _set_attr(span, "gen_ai.completion", json.dumps({"output": {"content": text, "type": "tool"}}))
     elif dialect == "pydantic_ai":
         _set_attr(span, "gen_ai.tool.call.result", text)
+    elif dialect == "google_adk":
+        _set_attr(span, "gen_ai.tool.call.result", json.dumps({"result": text}))
+    elif dialect == "langgraph_openllmetry":
+        record = json.dumps({"output": {"lc": 1, "type": "constructor",
+                                        "id": ["langchain", "schema", "messages", "ToolMessage"],
+                                        "kwargs": {"content": text, "type": "tool", "status": "success"}},
+                             "kwargs": {}})
+        _set_attr(span, "gen_ai.tool.call.result", record)
+        _set_attr(span, "traceloop.entity.output", record)
+    elif dialect == "llamaindex":
+        _set_attr(span, "output.value", json.dumps({"blocks": [{"text": text}], "tool_name": _attr(span, "tool.name"),
+                                                    "raw_input": {}, "raw_output": text, "is_error": False}))
     else:
         _set_attr(span, "output.value", text)
 
@@ -246,8 +291,14 @@ def set_error(span: Span, dialect: str, exc_type: str, message: str) -> None:
     for k, v in (("exception.type", exc_type), ("exception.message", message), ("exception.escaped", "False")):
         ev.attributes.append(KeyValue(key=k))
         ev.attributes[-1].value.string_value = v
-    if dialect in ("langgraph_openinference", "smolagents"):
+    if dialect in ("langgraph_openinference", "smolagents", "llamaindex"):
         _del_attrs(span, lambda k: k in ("output.value", "output.mime_type"))
+    elif dialect == "langgraph_openllmetry":
+        _del_attrs(span, lambda k: k in ("gen_ai.tool.call.result", "traceloop.entity.output"))
+    elif dialect == "google_adk":  # a tool's failure as its answer to the model
+        _set_attr(span, "gen_ai.tool.call.result", json.dumps({"error": message}))
+    elif dialect in ("autogen", "agno"):  # the failure's message is the call's result
+        _set_attr(span, "output.value", message)
     elif dialect == "langgraph_langsmith":
         _set_attr(span, "gen_ai.completion", "{}")
     elif dialect == "openai_agents":
@@ -281,6 +332,16 @@ def set_args(span: Span, dialect: str, args: dict[str, Any]) -> None:
         _set_attr(span, "gen_ai.prompt", json.dumps(args, separators=(",", ":")))
     elif dialect == "smolagents":
         _set_attr(span, "input.value", json.dumps({"args": [], "sanitize_inputs_outputs": True, "kwargs": args}))
+    elif dialect == "google_adk":
+        _set_attr(span, "gen_ai.tool.call.arguments", text)
+    elif dialect == "llamaindex":
+        _set_attr(span, "input.value", json.dumps({"kwargs": args}))
+    elif dialect == "langgraph_openllmetry":  # the callback record keeps its metadata, with the new inputs
+        for key in ("traceloop.entity.input", "gen_ai.tool.call.arguments"):
+            raw = _attr(span, key)
+            record = json.loads(raw) if isinstance(raw, str) and raw[:1] == "{" else {}
+            record.update(input_str=str(args), inputs=args)
+            _set_attr(span, key, json.dumps(record))
     else:
         _set_attr(span, "input.value", text)
 
@@ -425,6 +486,8 @@ def add_noise(text: str, form: str, values: dict[str, tuple[str, Any, str]]) -> 
         except ValueError:
             obj = None
         if isinstance(obj, dict):
+            while key in obj:  # a result with a field of that name (a real cursor, its own request id)
+                key = f"x_{key}"
             return json.dumps({key: value, **obj})
     return f"{text}\n{line}" if text else line
 

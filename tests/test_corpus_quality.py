@@ -38,7 +38,10 @@ from otelloop.detectors.base import TRANSIENT_RETRIES  # noqa: E402
 
 DIALECTS = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
             "openai_agents": "openai-agents", "pydantic_ai": "pydantic-ai", "strands": "strands-agents",
-            "smolagents": "smolagents"}
+            "smolagents": "smolagents",
+            # the noisy runs (benchmarks/corpus/recorder/noisy.py): tools whose results carry per-call noise
+            "langgraph_openllmetry": "langgraph", "autogen": "autogen-agentchat", "google_adk": "google-adk",
+            "llamaindex": "llama-index", "agno": "agno"}
 FIELDS = ("id", "file", "label", "scenario", "framework", "dialect", "tool_calls", "loop_start", "description")
 #: A loop run goes on for at least this many tool calls after its first loop call.
 LOOP_TAIL = 8
@@ -116,9 +119,47 @@ def test_run_parses_and_labels_are_consistent(run_id: str) -> None:
 # -- the quality targets (default configuration) ----------------------------------------------------------------
 
 
+#: The noisy runs' dialects (recorder/noisy.py): measured on their own below, with today's figures as a
+#: ratchet, until the defaults meet the targets on them too.
+NOISY = ("langgraph_openllmetry", "autogen", "google_adk", "llamaindex", "agno")
+
+
 @lru_cache(maxsize=1)
-def _results() -> tuple[bench_quality.RunResult, ...]:
+def _all_results() -> tuple[bench_quality.RunResult, ...]:
     return tuple(bench_quality.evaluate(None, CORPUS))
+
+
+def _results() -> tuple[bench_quality.RunResult, ...]:
+    return tuple(r for r in _all_results() if r.dialect not in NOISY)
+
+
+def _noisy_results() -> tuple[bench_quality.RunResult, ...]:
+    return tuple(r for r in _all_results() if r.dialect in NOISY)
+
+
+#: Measured on the noisy runs with the defaults (``python benchmarks/bench_quality.py``, per-dialect table):
+#: loops stopped in time, loop runs, healthy stopped, nudged, with any finding, healthy runs.
+NOISY_MEASURED = (4, 15, 0, 0, 0, 20)
+
+
+def test_noisy_runs_do_not_regress_below_the_measured_figures() -> None:
+    rs = _noisy_results()
+    loops = [r for r in rs if r.label == "loop"]
+    healthy = [r for r in rs if r.label == "healthy"]
+    in_time = sum(r.outcome == "in_time" for r in loops)
+    assert (len(loops), len(healthy)) == (NOISY_MEASURED[1], NOISY_MEASURED[5])
+    assert in_time >= NOISY_MEASURED[0], _fail("noisy loops stopped in time fell", loops, len(loops))
+    assert sum(r.stop_at is not None for r in healthy) <= NOISY_MEASURED[2]
+    assert sum(r.nudge_at is not None for r in healthy) <= NOISY_MEASURED[3]
+    assert sum(bool(r.findings) for r in healthy) <= NOISY_MEASURED[4]
+
+
+@pytest.mark.xfail(strict=True, reason="per-call noise in the five newer frameworks' results hides 11 of 15 "
+                                       "loops from the defaults (see NOISY_MEASURED)")
+def test_every_noisy_loop_is_stopped_within_6_tool_calls_of_its_start() -> None:
+    loops = [r for r in _noisy_results() if r.label == "loop"]
+    late = [r for r in loops if r.outcome != "in_time" and not _late_by_the_retry_allowance(r)]
+    assert not late, _fail("noisy loop runs not stopped in time", late, len(loops))
 
 
 def _describe(r: bench_quality.RunResult) -> str:
@@ -180,7 +221,7 @@ def test_bench_quality_json_matches_the_targets_view() -> None:
     """bench_quality's machine output agrees with the per-run results the targets are judged on."""
     rep = bench_quality.report(list(_results()))
     s = rep["summary"]
-    assert s["loops"] + s["healthy"] == len(_labels())
+    assert s["loops"] + s["healthy"] == sum(r["dialect"] not in NOISY for r in _labels())
     assert s["healthy_stopped"] == sum(r.stop_at is not None for r in _results() if r.label == "healthy")
     assert json.loads(json.dumps(rep))["summary_line"].startswith("loops stopped in time: ")
 
@@ -195,7 +236,7 @@ def _holdout() -> tuple[bench_quality.RunResult, ...]:
 
 def test_held_out_set_spans_every_class_and_dialect() -> None:
     runs = bench_quality.load_labels(HOLDOUT)
-    assert {r["dialect"] for r in runs} == set(DIALECTS)
+    assert {r["dialect"] for r in runs} == set(DIALECTS) - set(NOISY)
     classes = {r["scenario"] for r in _labels()}
     assert {(r["scenario"], r["label"]) for r in runs} == {(c, lab) for c in classes for lab in ("loop", "healthy")}
 

@@ -141,3 +141,26 @@ def test_a_failed_llamaindex_call_is_read_by_its_content() -> None:
     (step,) = _llamaindex_steps(("Z-9", _llamaindex_output("Z-9", "", error=True)))
     other = _llamaindex_steps(("Z-8", _llamaindex_output("Z-8", "", error=True)))[0]
     assert step.output_hash != other.output_hash  # the error text names its order
+
+
+def _adk_tool(result: str, i: int) -> Any:
+    """A tool span as Google ADK's own tracing (ADK 2, content routed to spans) writes it."""
+    return span("execute_tool get_order", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_order",
+                                           "gen_ai.tool.call.id": f"adk-{i}",
+                                           "gen_ai.tool.call.arguments": '{"order_id": "A-1"}',
+                                           "gen_ai.tool.call.result": result}, i=i)
+
+
+def test_adk_wraps_a_tools_value_as_result_and_it_hashes_as_the_value() -> None:
+    """ADK writes a tool's value that is not a dict as ``{"result": value}``: the same value hashes the same
+    as a dialect that writes it plain, and a dict value (ADK writes it as it is) is untouched."""
+    value = json.dumps({"order_id": "A-1", "status": "shipped"})
+    wrapped, other, as_dict = map_request(request(
+        _adk_tool(json.dumps({"result": value}), 0), _adk_tool(json.dumps({"result": "delivered"}), 1),
+        _adk_tool(value, 2)))
+    plain = map_request(request(span("t", {"openinference.span.kind": "TOOL", "tool.name": "get_order",
+                                           "input.value": '{"order_id": "A-1"}', "output.value": value})))[0]
+    assert wrapped.output_hash == plain.output_hash == as_dict.output_hash != other.output_hash
+    text = map_request(request(_adk_tool(json.dumps({"result": "No orders found."}), 0)))[0]
+    bare = map_request(request(_adk_tool("No orders found.", 0)))[0]
+    assert text.output_hash == bare.output_hash and text.result_flags == bare.result_flags

@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from recorder.drivers import DIALECTS
+from recorder.noisy import NOISY_DIALECTS
 
 #: The sets besides the corpus: name -> (the module of ``recorder/`` holding its stories, where it is recorded:
 #: its own labels.json and runs/).
@@ -43,10 +44,20 @@ HOLDOUT = SETS["holdout"][1]
 MIN_LOOP_TAIL = 8
 FRAMEWORK = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
              "openai_agents": "openai-agents", "pydantic_ai": "pydantic-ai", "strands": "strands-agents",
-             "smolagents": "smolagents"}
+             "smolagents": "smolagents", "langgraph_openllmetry": "langgraph", "autogen": "autogen-agentchat",
+             "google_adk": "google-adk", "llamaindex": "llama-index", "agno": "agno"}
 DRIVER = {"langgraph_openinference": "langgraph", "langgraph_langsmith": "langgraph",
           "openai_agents": "openai_agents", "pydantic_ai": "pydantic_ai", "strands": "strands",
-          "smolagents": "smolagents"}
+          "smolagents": "smolagents", "langgraph_openllmetry": "langgraph_openllmetry", "autogen": "autogen",
+          "google_adk": "google_adk", "llamaindex": "llamaindex", "agno": "agno"}
+#: The packages each noisy dialect (``recorder/noisy.py``) is recorded with, written into its runs' labels.
+NOISY_PACKAGES = {
+    "langgraph_openllmetry": ("langgraph", "langchain-core", "opentelemetry-instrumentation-langchain"),
+    "autogen": ("autogen-agentchat", "autogen-core", "openinference-instrumentation-autogen-agentchat"),
+    "google_adk": ("google-adk", "google-genai"),
+    "llamaindex": ("llama-index-core", "openinference-instrumentation-llama-index"),
+    "agno": ("agno", "openinference-instrumentation-agno", "openai"),
+}
 
 
 def _set_name(holdout: bool | str) -> str:
@@ -67,13 +78,17 @@ def run_file(run_id: str, holdout: bool | str = False) -> Path:
 
 
 def load_catalog(holdout: bool | str = False) -> dict[str, Any]:
-    """The corpus's scenarios, or a named set's (``recorder/<module>.py``'s ``catalog()``)."""
+    """The corpus's scenarios (the deterministic ones and the noisy dialects'), or a named set's
+    (``recorder/<module>.py``'s ``catalog()``)."""
     import importlib
 
     name = _set_name(holdout)
-    module = importlib.import_module(f"recorder.{SETS[name][0]}" if name else "recorder.scenarios")
-    catalog: dict[str, Any] = module.catalog()
-    return catalog
+    if name:
+        catalog: dict[str, Any] = importlib.import_module(f"recorder.{SETS[name][0]}").catalog()
+        return catalog
+    from recorder.noisy import catalog as noisy_catalog
+    from recorder.scenarios import catalog as plain_catalog
+    return {**plain_catalog(), **noisy_catalog()}
 
 
 # -- child: one run ---------------------------------------------------------------------------------------------
@@ -105,7 +120,8 @@ def record_one(run_id: str, holdout: bool | str = False) -> dict[str, Any]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     problems = check_story(script, ctx.brain, log, frozenset(ctx.extra_tools))
-    if script.turns[-1].text and answer != script.turns[-1].text:
+    # Agno's run output joins the text of every model turn: the script's answer is its end
+    if script.turns[-1].text and not str(answer).endswith(script.turns[-1].text):
         problems.append(f"final answer {str(answer)[:120]!r} is not the script's {script.turns[-1].text!r}")
     spans = spans_of(requests)
     tools = [s for s in spans if is_tool_span(s)]
@@ -132,7 +148,8 @@ def record_one(run_id: str, holdout: bool | str = False) -> dict[str, Any]:
             "loop_start": loop_start, "description": sc.description, "task": sc.task,
             "requests": len(requests), "spans": len(spans),
             "tools": sorted({r.tool for r in log.records}),
-            **({"result_format": sc.setup["result_format"]} if "result_format" in sc.setup else {})}
+            **({"result_format": sc.setup["result_format"]} if "result_format" in sc.setup else {}),
+            **({"versions": _versions(NOISY_PACKAGES[sc.dialect])} if sc.dialect in NOISY_PACKAGES else {})}
 
 
 # -- parent -----------------------------------------------------------------------------------------------------
@@ -172,7 +189,7 @@ def spawn(run_id: str, offline: bool, holdout: bool | str = False) -> tuple[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dialect", action="append", choices=DIALECTS, help="only these dialects")
+    parser.add_argument("--dialect", action="append", choices=DIALECTS + NOISY_DIALECTS, help="only these dialects")
     parser.add_argument("--scenario", action="append", help="only these scenario classes or run-id prefixes")
     parser.add_argument("--label", choices=("loop", "healthy"))
     parser.add_argument("-j", "--jobs", type=int, default=3, help="runs recorded at once (they mostly wait)")
@@ -226,21 +243,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_labels(labels: dict[str, dict[str, Any]], path: Path) -> None:
-    versions = _versions()
+    # the top-level versions are the first six dialects' environment; the noisy dialects are recorded in
+    # their own (their runs carry ``versions``): keep what the file says when recording only those
+    old = json.loads(path.read_text()).get("versions", {}) if path.exists() else {}
+    versions = _versions() if "openai-agents" in _versions() or not old else old
     runs = [labels[k] for k in sorted(labels)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format": "otlp-proto-length-prefixed", "versions": versions, "runs": runs},
                                  indent=1, ensure_ascii=False) + "\n")
 
 
-def _versions() -> dict[str, str]:
+def _versions(packages: tuple[str, ...] = ()) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("langgraph", "langchain-core", "langsmith", "openinference-instrumentation-langchain",
-                "openai-agents", "openinference-instrumentation-openai-agents", "pydantic-ai-slim",
-                "strands-agents", "smolagents", "openinference-instrumentation-smolagents", "opentelemetry-sdk",
-                "opentelemetry-exporter-otlp-proto-grpc", "grpcio", "protobuf"):
+    for pkg in packages or ("langgraph", "langchain-core", "langsmith", "openinference-instrumentation-langchain",
+                            "openai-agents", "openinference-instrumentation-openai-agents", "pydantic-ai-slim",
+                            "strands-agents", "smolagents", "openinference-instrumentation-smolagents",
+                            "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-grpc", "grpcio", "protobuf"):
         with contextlib.suppress(PackageNotFoundError):
             out[pkg] = version(pkg)
     out["python"] = sys.version.split()[0]

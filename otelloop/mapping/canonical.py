@@ -389,7 +389,8 @@ def call_result(obj: Any) -> Any:
       ``content``, with its ``artifact`` when it has one;
     - LlamaIndex's ``ToolOutput`` (``content``, ``tool_name``, ``raw_input``, ``raw_output``,
       ``is_error``): its ``raw_output`` (its ``content`` when that is missing or the call failed), so
-      the arguments it repeats are not part of the result.
+      the arguments it repeats are not part of the result;
+    - Google ADK's ``{"result": value}``, a tool's value that is not a dict: the value.
 
     A wrapper's content given as JSON text is parsed; wrappers inside wrappers are taken off in turn.
     """
@@ -423,6 +424,10 @@ def _unwrap_result(obj: Any) -> Any:
             if raw is None or obj.get("is_error") is True:
                 return obj.get("content", raw)
             return raw
+        if len(keys) == 1 and "result" in keys:
+            # Google ADK hands a tool's value that is not a dict to the model, and to its span's
+            # ``gen_ai.tool.call.result``, as ``{"result": value}``
+            return obj["result"]
         return obj
     responses = _only_parts(obj, "tool_call_response")
     if responses is None or len(responses) != 1:
