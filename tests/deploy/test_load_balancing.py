@@ -90,9 +90,11 @@ def build_session(kind: str, n: int, rnd: random.Random) -> Session:
         s.chat(300, 40, 0.001)
         for _ in range(5 + n % 3):
             s.tool("search_web", {"query": f"status of ticket {n}"}, "no results")
-    elif kind == "entropy":  # the same tool, new arguments, the same "not found" each time: entropy LOOP
-        for i in range(6):
-            s.tool("lookup_order", {"order_id": 1000 * n + i}, result="order not found")
+    elif kind == "entropy":  # the same tool, reworded queries, the same "not found" each time: entropy LOOP
+        # (different order ids answering "not found" would be a batch of lookups of absent records: work)
+        for wording in ("where is order", "status of order", "order tracking for", "find my order",
+                        "lookup order", "order details"):
+            s.tool("lookup_order", {"query": f"{wording} {n}"}, result="order not found")
     elif kind == "read_loop":  # the same file read over and over, nothing written
         for i in range(4):
             s.tool("read_file", {"path": f"src/module_{n}.py"}, f"def f_{n}(): pass")
