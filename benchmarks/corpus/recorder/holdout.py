@@ -28,7 +28,7 @@ from typing import Any
 from .builder import Builder
 from .drivers import DIALECTS
 from .script import OK, Call, Expect, Scenario, contains, error, failing, hits, status
-from .workspace import ToolError, ToolSpec, Workspace, _env
+from .workspace import ToolError, ToolSpec, Workspace, _env, load_state, save_state
 
 EMPTY = Expect("empty")
 STATE = ".hold"
@@ -80,14 +80,11 @@ class HB(Builder):
 
 
 def _load(ws: Workspace, name: str) -> Any:
-    p = ws.root / STATE / name
-    if not p.is_file():
-        raise ToolError(f"service unavailable: {name} is not configured")
-    return json.loads(p.read_text())
+    return load_state(ws, STATE, name, "service unavailable: {name} is not configured")
 
 
 def _save(ws: Workspace, name: str, data: Any) -> None:
-    (ws.root / STATE / name).write_text(json.dumps(data, indent=1))
+    save_state(ws, STATE, name, data)
 
 
 _STOP = frozenset(["a", "an", "the", "of", "for", "to", "in", "on", "and", "or", "is", "are", "what", "how", "does", "do", "with", "by", "about", "from", "at", "can", "i", "my", "we", "our", "it", "its", "be"])

@@ -30,7 +30,7 @@ from typing import Any
 from .drivers import DIALECTS
 from .holdout import HB, _locked
 from .script import OK, Call, Expect, Scenario, contains, error, failing, hits, status
-from .workspace import ToolError, Workspace
+from .workspace import ToolError, Workspace, load_state, save_state
 
 EMPTY = Expect("empty")
 STATE = ".svc"
@@ -123,14 +123,11 @@ def tr(ws: Workspace, en: str, de: str = "", ja: str = "") -> str:
 
 
 def load(ws: Workspace, name: str) -> Any:
-    p = ws.root / STATE / name
-    if not p.is_file():
-        raise ToolError(f"503 Service Unavailable: {name} backend not configured")
-    return json.loads(p.read_text())
+    return load_state(ws, STATE, name, "503 Service Unavailable: {name} backend not configured")
 
 
 def save(ws: Workspace, name: str, data: Any) -> None:
-    (ws.root / STATE / name).write_text(json.dumps(data, indent=1, ensure_ascii=False))
+    save_state(ws, STATE, name, data)
 
 
 def state(**files: Any) -> dict[str, str]:

@@ -82,7 +82,7 @@ from typing import Any
 
 from .holdout import HB
 from .script import Call, Expect, Scenario, contains, error, failing, hits, status
-from .workspace import ToolError, Workspace
+from .workspace import ToolError, Workspace, load_state, save_state
 
 EMPTY = Expect("empty")
 STATE = ".svc"
@@ -154,14 +154,11 @@ def _meta(ws: Workspace) -> dict[str, Any]:
 
 
 def _load(ws: Workspace, name: str) -> Any:
-    p = ws.root / STATE / name
-    if not p.is_file():
-        raise ToolError(f"503 Service Unavailable: {name} is not configured")
-    return json.loads(p.read_text())
+    return load_state(ws, STATE, name, "503 Service Unavailable: {name} is not configured")
 
 
 def _save(ws: Workspace, name: str, data: Any) -> None:
-    (ws.root / STATE / name).write_text(json.dumps(data, indent=1))
+    save_state(ws, STATE, name, data)
 
 
 def _dump(obj: Any) -> str:

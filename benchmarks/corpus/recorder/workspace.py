@@ -225,6 +225,20 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+
+def load_state(ws: Workspace, directory: str, name: str, missing: str) -> Any:
+    """A scenario service's JSON state file ``<directory>/<name>`` in the run's workspace; a missing one
+    answers as the service would (``missing``, formatted with ``name``)."""
+    p = ws.root / directory / name
+    if not p.is_file():
+        raise ToolError(missing.format(name=name))
+    return json.loads(p.read_text())
+
+
+def save_state(ws: Workspace, directory: str, name: str, data: Any) -> None:
+    """Write a scenario service's JSON state file (see :func:`load_state`)."""
+    (ws.root / directory / name).write_text(json.dumps(data, indent=1, ensure_ascii=False))
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST_"))}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
