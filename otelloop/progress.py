@@ -338,10 +338,11 @@ def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
         return output
     masked = _with_echo(_stable("clocks", *without_clocks(step.numbers_free, step.numbers, clocks)), step.echo)
     table.tools[-1].output = masked
-    if before is not None and before.call == call:
+    if before is not None:  # seen as it is now seen (whatever its call: results are compared across calls)
         old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), step.echo)
         _remember_result(progress, old)
-        _rekey_call(progress, call, old, only_if=before.output)
+        if before.call == call:
+            _rekey_call(progress, call, old, only_if=before.output)
     return masked
 
 

@@ -9,11 +9,11 @@ by the data's structure and behaviour, never by words:
   write or command step, no acknowledged action) watches something that moves on its own: a job going
   from ``pending`` to ``running``. Its next answers that repeat the last one are waiting, not looping:
   :func:`poll_wait` gives them ``Step.wait`` (the times in a row this answer has now come), and the
-  detectors allow such a row like a transient failure's retries (``transient_retries``, 7 by default:
-  a poll stuck after it moved is stopped at its 8th same answer). A call whose answer never changed on
-  its own (a job that stays ``running`` from its first poll, a file read again and again) gets no
-  allowance: it is judged as repetition from its second call. A progress value that rises makes every
-  answer new: that is progress already, no allowance needed.
+  detectors allow such a row like a transient failure's retries, within the loop window
+  (:data:`otelloop.detectors.base.POLL_WAITS`: a poll stuck after it moved is stopped at its 7th same
+  answer). A call whose answer never changed on its own (a job that stays ``running`` from its first
+  poll, a file read again and again) gets no allowance: it is judged as repetition from its second call.
+  A progress value that rises makes every answer new: that is progress already, no allowance needed.
 - **Batches.** Calls of one tool whose arguments differ only in identifier-shaped values
   (:mod:`otelloop.mapping.targets`: the same *form*, different *targets*) and that answer briefly or
   with nothing (``ok``, ``healthy``, ``{"acknowledged": true}``, ``[]``, ``No results.``) are

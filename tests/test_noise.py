@@ -499,3 +499,102 @@ def test_a_clock_trailer_after_a_text_full_of_numbers_is_still_learned() -> None
                for i in range(4)]
     _, judged = _judge(_polls("read_log", changed))
     assert [n for n, _ in judged] == [True, False, False, True]
+
+
+# -- counters that count calls -----------------------------------------------------------------------------------
+
+
+def _meta(remaining: int, rng: random.Random) -> dict[str, Any]:
+    return {"request_id": noise_value("req_base62", CLOCK_S, rng), "duration_ms": round(rng.uniform(20, 400), 2),
+            "rate_limit": {"limit": 600, "remaining": remaining}}
+
+
+def test_a_quota_falling_by_one_per_call_is_noise() -> None:
+    """A quota's ``remaining`` nested in a result's metadata falls by one per request: once it has done so
+    twice in a row it is a count of calls, and the call's repeats are repeats (its float duration, under a
+    key naming its unit, is masked by shape)."""
+    rng = random.Random(3)
+    orders = ["ord_4117", "ord_4130", "ord_4169", "ord_4169", "ord_4169", "ord_4169"]
+    steps = []
+    for i, order in enumerate(orders):
+        result = {"data": {"id": order, "status": "pending"}, "meta": _meta(599 - i, rng)}
+        steps += _steps(tool_span("get_order", json.dumps({"order_id": order}), json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, True, True, False, False, False]
+    assert [s.repeats for s in steps][-1] >= 3
+
+
+@pytest.mark.parametrize("step", [1, -1])
+def test_a_sequence_number_in_a_text_moving_by_one_per_run_is_noise(step: int) -> None:
+    """A build number rising by one per run (or a counter falling by one) in a text result: the same
+    failure reported by runs 8211, 8212, 8213 is the same result from the third run on."""
+    results = [f"CI build #{8211 + step * i} suite=unit\n1 failed, 23 passed in {rng_s}s"
+               for i, rng_s in enumerate(("4.33", "4.19", "3.42", "2.71", "3.90"))]
+    _, judged = _judge(_polls("run_ci", results))
+    assert [n for n, _ in judged] == [True, True, False, False, False]
+
+
+def test_a_quota_shared_by_tools_falls_by_the_calls_between() -> None:
+    """A quota that two tools draw on falls, between two calls of one tool, by the calls both made."""
+    rng = random.Random(5)
+    steps = []
+    for i in range(8):
+        tool = ("list_orders", "get_stock")[i % 2]
+        result = {"items": [f"{tool}-a", f"{tool}-b"], "meta": _meta(599 - i, rng)}
+        steps += _steps(tool_span(tool, '{"q": "x"}', json.dumps(result), i=i))
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged][-2:] == [False, False]
+
+
+@pytest.mark.parametrize("values", [
+    [120, 121, 122, 123, 124, 125],  # rising by one per poll, but the rest moves too (the state, a percent)
+])
+def test_a_count_moving_by_one_while_the_result_changes_stays_progress(values: list[int]) -> None:
+    results = [json.dumps({"processed": v, "pct": 10 + 15 * i, "status": "running"}) for i, v in enumerate(values)]
+    _, judged = _judge(_polls("import_rows", results))
+    assert all(n for n, _ in judged)
+
+
+@pytest.mark.parametrize("values", [
+    [1200, 1300, 1400, 1500, 1600],  # a constant step that is work per poll, not one per request
+    [500, 501, 503, 504, 506],  # moved by one, then by two: not a count of calls
+    [700, 701, 701, 702, 702],  # a count of calls changes on every call
+])
+def test_a_count_that_does_not_move_by_one_per_call_stays_progress(values: list[int]) -> None:
+    results = [json.dumps({"processed": v, "status": "running"}) for v in values]
+    _, judged = _judge(_polls("import_rows", results))
+    assert [n for n, _ in judged] == [v not in values[:i] for i, v in enumerate(values)]  # new unless repeated
+
+
+def test_calls_counted_once_are_not_learned() -> None:
+    """One move by one can be chance: a count that moved by one once and then by its work stays judged."""
+    results = [json.dumps({"rows": v, "status": "running"}) for v in (400, 401, 650, 651, 900)]
+    _, judged = _judge(_polls("import_rows", results))
+    assert all(n for n, _ in judged)
+
+
+def test_counts_calls_reads_a_change_as_one_call_or_the_calls_between() -> None:
+    from otelloop.mapping.noise import counts_calls
+    assert [counts_calls(c, 1) for c in (1, -1, 2, 0)] == [1, -1, 0, 0]
+    assert [counts_calls(c, 3) for c in (3, -3, -2, 1)] == [1, -1, 0, 1]
+
+
+# -- numbers written as strings ----------------------------------------------------------------------------------
+
+
+def test_a_number_written_as_a_string_that_changes_on_every_repeat_is_learned_as_noise() -> None:
+    """A resource version (``"88124"``: digits in a JSON string, a token rather than a quantity) that moves
+    on every read of one deployment while all else stays is learned like any token: the reads repeat."""
+    versions = ["88124", "88130", "88133", "88140", "88141", "88150"]
+    results = [json.dumps({"name": "checkout", "replicas": 3, "ready": 1, "status": "Progressing",
+                           "resourceVersion": v}) for v in versions]
+    _, judged = _judge(_polls("get_deployment", results))
+    assert [n for n, _ in judged][3:] == [False, False, False]
+
+
+def test_a_quantity_written_as_a_json_number_is_never_learned() -> None:
+    """The same values as JSON numbers are quantities: each answer is new."""
+    results = [json.dumps({"name": "checkout", "status": "Progressing", "rows": v})
+               for v in (88124, 88130, 88133, 88140, 88141, 88150)]
+    _, judged = _judge(_polls("count_rows", results))
+    assert all(n for n, _ in judged)

@@ -17,7 +17,7 @@ import pytest
 from spans import request, span, tool_span
 
 from otelloop import progress
-from otelloop.detectors.base import TRANSIENT_RETRIES, retrying
+from otelloop.detectors.base import POLL_WAITS, TRANSIENT_RETRIES, retrying
 from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED, TERSE, judged_flags
 from otelloop.mapping.targets import call_target, identifier
@@ -218,12 +218,21 @@ def test_a_job_that_never_moves_is_stopped_in_time() -> None:
 
 
 def test_a_poll_stuck_after_it_moved_is_stopped_after_the_allowance() -> None:
+    """The row of same answers is a loop from its first answer (the 2nd call): it waits
+    :data:`POLL_WAITS` answers and is stopped at the next, 6 calls after that start."""
     states = ["pending", *["running"] * 14]
     verdicts, _ = session(33, [("get_job_status", {"job_id": "job-4711"}, json.dumps({"job_id": "job-4711",
                                                                                      "state": s}))
                                for s in states])
-    assert "stop" not in verdicts[:TRANSIENT_RETRIES + 1]
-    assert "stop" in verdicts
+    assert "stop" not in verdicts[:POLL_WAITS + 1]
+    assert verdicts[POLL_WAITS + 1] == "stop"  # the 8th call: 6 calls after the row's first answer
+
+
+def test_polls_wait_within_the_loop_window_whatever_the_retry_allowance() -> None:
+    steps = [poll("pending"), *[poll("running") for _ in range(POLL_WAITS + 1)]]
+    waits(*steps)
+    assert retrying(steps[POLL_WAITS], 20) and not retrying(steps[POLL_WAITS + 1], 20)
+    assert not retrying(steps[3], 2)  # a lower allowance bounds polls too
 
 
 @pytest.mark.parametrize("answer", ["healthy", "204 No Content", '{"acknowledged": true}', "[]", "No results."])

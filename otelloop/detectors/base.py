@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from otelloop.detector_config import DetectorConfig
 from otelloop.model import AttrValue, Finding, Step, Verdict
 
-__all__ = ["TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
+__all__ = ["POLL_WAITS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
 
 
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
@@ -33,13 +33,18 @@ __all__ = ["TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "re
 #: the same answers in a row of a poll of something that moves on its own (``Step.wait``,
 #: :mod:`otelloop.work`): a job's status read every few seconds until it is done.
 TRANSIENT_RETRIES = 7
+#: The most same answers in a row of a poll that moved which are waiting (``Step.wait``), whatever the retry
+#: allowance: the loop window. A poll stuck after it moved is a loop from its first same answer, and a
+#: loop is to be stopped within 6 tool calls of its start; no client convention says how long to poll (a
+#: retry count is a client's setting, a poll's patience is not), so the window is the bound.
+POLL_WAITS = 6
 
 
 def retrying(step: Step, allowance: int) -> bool:
     """Whether ``step`` is a transient failure within the retry allowance (``Step.retry``), or a poll
-    waiting within it (``Step.wait``): a detector neither counts it as evidence of a loop nor lets it
-    break a run; from attempt ``allowance + 1`` the whole row counts."""
-    return 0 < step.retry <= allowance or 0 < step.wait <= allowance
+    waiting within it and within :data:`POLL_WAITS` (``Step.wait``): a detector neither counts it as
+    evidence of a loop nor lets it break a run; from attempt ``allowance + 1`` the whole row counts."""
+    return 0 < step.retry <= allowance or 0 < step.wait <= min(allowance, POLL_WAITS)
 
 
 class StepContext:

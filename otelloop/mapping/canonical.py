@@ -35,7 +35,9 @@ MAX_LEAVES = 32
 MAX_TOKENS = 4
 #: The bit of a leaf (``Step.leaves``) that says its value may be learned as noise: a string mixing
 #: letters and digits that is not a count or a fraction (``r14``, ``a8Kd2``; not ``running``, ``40%``,
-#: ``3/10``, numbers or booleans), outside any list (a list's items are what the result lists).
+#: ``3/10``, numbers or booleans), or a string of digits alone (``"88124"``: a quantity in JSON is a
+#: number; a number written as a string is a token, such as a resource version), outside any list (a
+#: list's items are what the result lists).
 LEARNABLE = 1
 #: The bit of a leaf that says it says something: not empty, not noise, not an echo. Learning a path as
 #: noise needs such a leaf that stayed the same (a result of noise around one changing text teaches
@@ -229,8 +231,9 @@ def _mask(obj: Any, walk: _Walk, path: int = 0, listed: bool = False) -> Any:
                 return masked  # a value that is nothing but noise says nothing
         walk.said = True
         walk.say(obj)
-        walk.leaf(path, masked, not listed and len(masked) <= _LEARNABLE_CHARS and masked.count(" ") <= 2
-                  and _PROGRESS_TEXT.match(masked) is None and _LETTER_AND_DIGIT.search(masked) is not None, True)
+        walk.leaf(path, masked, not listed and len(masked) <= _LEARNABLE_CHARS and (
+                  (masked.isdigit() and masked.isascii()) or (masked.count(" ") <= 2
+                  and _PROGRESS_TEXT.match(masked) is None and _LETTER_AND_DIGIT.search(masked) is not None)), True)
         return masked
     if isinstance(obj, (int, float)):
         placeholder = number_noise(obj, walk.clock_s)

@@ -23,8 +23,10 @@ Left in, they make every repetition of a stuck call look new. Word lists of fiel
   a server has run), never what the call found;
 
 By behaviour, per tool (:class:`ClockTable`): a number whose change between two results matches the time
-between their spans in some unit (a server's uptime without a unit in its key), or that goes up and
-down between repeats of one call while all else stays the same (a per-call duration).
+between their spans in some unit (a server's uptime without a unit in its key), that goes up and
+down between repeats of one call while all else stays the same (a per-call duration), or that moves
+by exactly one per call, the same way every time (a count of calls: a quota's ``remaining`` falling by
+one per request, a build or sequence number rising by one per run).
 
 What is never noise by shape: words (no digits, or few class switches), numbers below 10 digits (counts,
 amounts, percentages), dotted versions (``1.2.3``: a dot ends a token), file paths (a slash ends a token,
@@ -225,6 +227,21 @@ MAX_NUMBERS = 4
 #: as jitter, as counts).
 MAX_CLOCK_TOOLS = 4
 MAX_CLOCKS = 4
+#: A number counts calls once it has moved by exactly one call's worth (see :func:`counts_calls`) this
+#: many times in a row, the same way: once can be chance (a count that happened to grow by one), twice in
+#: a row with nothing else changing it is a counter of requests.
+CALL_COUNT_AFTER = 2
+
+
+def counts_calls(change: int, calls: int) -> int:
+    """The direction (1 up, -1 down) of a change that counts calls, else 0: a change of exactly one, or of
+    ``calls`` (the results of tools with counters since this tool's last one: a quota several tools
+    draw on falls by the requests they all made)."""
+    if change == 1 or change == calls:
+        return 1
+    if change == -1 or change == -calls:
+        return -1
+    return 0
 
 
 def tracks_clock(change: int, elapsed_ns: int) -> bool:
@@ -244,12 +261,14 @@ class ToolClock:
     the hash of the result without them and the hash it was judged by; and what its counters were
     learned to be in this session (see :meth:`ClockTable.observe`)."""
 
-    __slots__ = ("tool", "call", "start_ns", "numbers", "free", "output", "clocks", "counts", "jitter", "signs")
+    __slots__ = ("tool", "call", "start_ns", "seq", "numbers", "free", "output", "clocks", "counts", "jitter",
+                 "signs", "ticks")
 
     def __init__(self, tool: int) -> None:
         self.tool = tool
         self.call = 0
         self.start_ns = 0
+        self.seq = 0  # the table's count of observed results when this one was
         self.numbers: tuple[int, ...] = ()
         self.free = 0
         self.output = 0
@@ -257,6 +276,7 @@ class ToolClock:
         self.counts: list[int] = []  # keys seen changing otherwise than the clock: never clocks again
         self.jitter: list[int] = []  # keys that went up and down between repeats of one call, all else alike
         self.signs: dict[int, int] = {}  # the direction of each key's last such change
+        self.ticks: dict[int, int] = {}  # keys moving by one call's worth: signed count of such moves in a row
 
 
 def _bounded_add(keys: list[int], key: int) -> bool:
@@ -273,10 +293,11 @@ class ClockTable:
     """Per session, per recent tool (at most :data:`MAX_CLOCK_TOOLS`): the numbers of its results that are
     per-call noise without saying so by their shape, learned online (see :meth:`observe`)."""
 
-    __slots__ = ("tools",)
+    __slots__ = ("tools", "seq")
 
     def __init__(self) -> None:
         self.tools: list[ToolClock] = []
+        self.seq = 0  # results observed in the session (of tools with candidate counters)
 
     def observe(self, tool: int, call: int, start_ns: int, numbers: tuple[int, ...], free: int,
                 output: int) -> tuple[set[int], ToolClock | None]:
@@ -290,7 +311,11 @@ class ClockTable:
           matched by chance), and a key seen changing otherwise is never a clock again;
         - **jitter**: between results of the same call whose other parts stayed the same, its value went
           up and then down (or down, then up), as a duration measured per call does; a value moving toward
-          completion moves one way.
+          completion moves one way;
+        - a **count of calls**: its value moved by exactly one call's worth (:func:`counts_calls`), the
+          same way, :data:`CALL_COUNT_AFTER` times in a row; a key that then stays or moves otherwise is
+          a count of calls no more (learned again only from scratch). A count of work done between two
+          polls (rows processed, items fetched) moves by what the work did, not by one per request.
         """
         at = next((i for i, t in enumerate(self.tools) if t.tool == tool), -1)
         if at >= 0:
@@ -302,12 +327,18 @@ class ClockTable:
         previous = {entry.numbers[i]: entry.numbers[i + 1] for i in range(0, len(entry.numbers), 2)}
         elapsed = start_ns - entry.start_ns
         alike = call == entry.call and free == entry.free
+        self.seq += 1
+        calls = self.seq - entry.seq if entry.seq else 1
         signs: dict[int, int] = {}
+        ticks: dict[int, int] = {}
         fresh = False
         for i in range(0, len(numbers), 2):
             key, value = numbers[i], numbers[i + 1]
             old = previous.get(key)
-            if old is None or old == value:
+            if old is None:
+                continue
+            fresh |= self._tick(entry, ticks, key, counts_calls(value - old, calls))
+            if old == value:
                 continue
             if tracks_clock(value - old, elapsed):
                 if key not in entry.counts:
@@ -321,14 +352,34 @@ class ClockTable:
                 if entry.signs.get(key, sign) != sign:
                     fresh |= _bounded_add(entry.jitter, key)
         entry.signs = signs
+        entry.ticks = ticks
         before = None
         if fresh and entry.numbers:
             before = ToolClock(tool)
             before.call, before.start_ns, before.numbers, before.free, before.output = (
                 entry.call, entry.start_ns, entry.numbers, entry.free, entry.output)
         entry.call, entry.start_ns, entry.numbers, entry.free, entry.output = call, start_ns, numbers, free, output
+        entry.seq = self.seq
         self.tools.append(entry)
-        return {k for k in numbers[::2] if k in entry.clocks or k in entry.jitter}, before
+        return {k for k in numbers[::2] if k in entry.clocks or k in entry.jitter or _counting(ticks.get(k, 0))}, before
+
+    @staticmethod
+    def _tick(entry: ToolClock, ticks: dict[int, int], key: int, sign: int) -> bool:
+        """Count one more move of ``key`` by one call's worth in direction ``sign`` (0: it moved otherwise,
+        or stayed: the row ends) into ``ticks``; True when the key has just become a count of calls."""
+        if not sign:
+            return False
+        before = entry.ticks.get(key, 0)
+        row = before + sign if before * sign > 0 else sign
+        if len(ticks) < MAX_CLOCKS:
+            ticks[key] = row
+        return _counting(row) and not _counting(before)
+
+
+def _counting(row: int) -> bool:
+    """Whether a row of moves by one call's worth (signed, see :meth:`ClockTable._tick`) makes a count of
+    calls."""
+    return abs(row) >= CALL_COUNT_AFTER
 
 
 def without_clocks(free: int, numbers: tuple[int, ...], clocks: set[int]) -> tuple[int, ...]:
