@@ -109,7 +109,9 @@ class Step:
     retry: int = 0
     #: Set by the progress tracker too: for a poll of something that moves on its own (the call's
     #: answer changed before with nothing done by the session in between, ``otelloop.work``), how many
-    #: times in a row it has now given this same answer; 0 otherwise. Allowed like a retry.
+    #: times in a row it has now given this same answer; or, for a transient failure the model chose to
+    #: retry (a model step between the attempts), the attempt it is in its row; 0 otherwise. Allowed like
+    #: a retry, within the loop window.
     wait: int = 0
 
 

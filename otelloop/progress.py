@@ -21,6 +21,10 @@ judgement, made once per step before the detectors run, and written on the step:
 - ``Step.retry``: for a transient failure (by its status: HTTP 429 or 503, a timeout; see
   :func:`otelloop.mapping.results.transient_failure`), its ``repeats``: the attempt it is in a row of
   the same call failing the same way. Detectors give such a row a retry allowance before they count it.
+  When a model step came between the attempt and the one before, the model chose to send the call
+  again: the attempt is counted as ``Step.wait`` instead, bounded by the loop window like a poll's same
+  answers (``otelloop.detectors.base.POLL_WAITS``); a retry allowance is a client's retry policy, whose
+  attempts follow each other with no model step between.
 - ``Step.progress``: how many steps of the session have brought something new so far, and
   ``Step.stale``: how many tool steps in a row, up to this one, brought nothing new (an unjudged step
   ends the row: nothing says it brought nothing).
@@ -110,7 +114,7 @@ class ProgressState:
     ``runs[i]`` how many times in a row it has given it.
     """
 
-    __slots__ = ("calls", "clocks", "count", "results", "runs", "seen", "stale", "tools", "work")
+    __slots__ = ("calls", "clocks", "count", "paced", "results", "runs", "seen", "stale", "tools", "work")
 
     def __init__(self) -> None:
         #: steps of the session that brought something new
@@ -131,6 +135,8 @@ class ProgressState:
         self.clocks: ClockTable | None = None
         #: polls and batch forms (:mod:`otelloop.work`); None until a tool step is judged
         self.work: WorkState | None = None
+        #: a model step came since the last tool step: the next call is the model's choice
+        self.paced = False
 
 
 def new_state() -> ProgressState:
@@ -147,8 +153,11 @@ def observe(progress: ProgressState, step: Step) -> None:
         args = step.args_hash
         if step.leaves is not None or step.arg_tokens or step.result_tokens:
             output = _compare_structure(progress, step)
-        if step.numbers and output is not None:
-            output = _mask_clocks(progress, step, output)
+        if step.numbers:
+            if step.outcome == "error" and step.error_hash is not None:  # counters in the error's text
+                step.error_hash = _mask_clocks(progress, step, step.error_hash, _ERROR)
+            elif output is not None:
+                output = _mask_clocks(progress, step, output)
         key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
         if key is not None:
@@ -158,7 +167,10 @@ def observe(progress: ProgressState, step: Step) -> None:
             step.repeats = _remember_call(progress, call, key)
             step.wait = _poll_wait(progress, step, call, plain)  # a call's target is constant: compared unfolded
             if step.result_flags & TRANSIENT:
-                step.retry = step.repeats
+                if progress.paced:  # the model chose to send the call again: bounded like a poll
+                    step.wait = step.repeats
+                else:  # attempts back to back: a client's or a framework's retry policy
+                    step.retry = step.repeats
             if step.result_flags & (BLANK | FAILED) or step.outcome == "error":
                 # Only results that say nothing or fail count for a tool whatever its arguments: a batch
                 # of different calls acknowledged alike ("ok", "sent") is work.
@@ -174,6 +186,9 @@ def observe(progress: ProgressState, step: Step) -> None:
             _forget_call(progress, hash(step.name) & _MASK64)
             _poll_wait(progress, step, call, None)
             progress.stale = 0
+        progress.paced = False
+    elif step.kind == "llm":
+        progress.paced = True
     step.progress = progress.count
     step.stale = progress.stale
 
@@ -320,9 +335,15 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
     return None if output is None else _with_echo(output, echo)
 
 
-def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
-    """A tool result's hash with its counters that track the span clock left out (learned per tool:
-    :class:`~otelloop.mapping.noise.ClockTable`); ``output`` as it is while none is learned.
+#: The tag under which a failed step's error text is compared with the tool's previous one (its
+#: counters learned apart from those of its results): the hash of the tool's name with it.
+_ERROR = "error"
+
+
+def _mask_clocks(progress: ProgressState, step: Step, output: int, kind: str = "") -> int:
+    """A tool result's hash (or, ``kind`` :data:`_ERROR`, its error text's) with its counters that track
+    the span clock or count calls left out (learned per tool: :class:`~otelloop.mapping.noise.ClockTable`);
+    ``output`` as it is while none is learned.
 
     When a counter is learned at this step, the tool's previous result of the same call is judged again
     without it: remembered as seen, and the call's run continues from it, so the first repetition of a
@@ -332,17 +353,22 @@ def _mask_clocks(progress: ProgressState, step: Step, output: int) -> int:
     if table is None:
         table = progress.clocks = ClockTable()
     call = hash((step.name, step.args_hash)) & _MASK64
-    clocks, before = table.observe(_tool_hash(step.name), call, step.start_ns, step.numbers, step.numbers_free,
-                                   output)
+    clocks, before = table.observe(_stable("tool", step.name, kind) if kind else _tool_hash(step.name), call,
+                                   step.start_ns, step.numbers, step.numbers_free, output)
     if not clocks:
         return output
-    masked = _with_echo(_stable("clocks", *without_clocks(step.numbers_free, step.numbers, clocks)), step.echo)
+    echo = 0 if kind else step.echo
+    masked = _with_echo(_stable("clocks", *without_clocks(step.numbers_free, step.numbers, clocks)), echo)
     table.tools[-1].output = masked
     if before is not None:  # seen as it is now seen (whatever its call: results are compared across calls)
-        old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), step.echo)
+        old = _with_echo(_stable("clocks", *without_clocks(before.free, before.numbers, clocks)), echo)
+        if kind:  # an error's text: its result key is the failure's (see _result_key)
+            old, previous = _stable("error", step.name, old), _stable("error", step.name, before.output)
+        else:
+            previous = before.output
         _remember_result(progress, old)
         if before.call == call:
-            _rekey_call(progress, call, old, only_if=before.output)
+            _rekey_call(progress, call, old, only_if=previous)
     return masked
 
 

@@ -598,3 +598,34 @@ def test_a_quantity_written_as_a_json_number_is_never_learned() -> None:
                for v in (88124, 88130, 88133, 88140, 88141, 88150)]
     _, judged = _judge(_polls("count_rows", results))
     assert all(n for n, _ in judged)
+
+
+# -- counters in error messages ----------------------------------------------------------------------------------
+
+
+def _failures(messages: list[str], tool: str = "charge_card") -> list[Step]:
+    return [s for i, m in enumerate(messages)
+            for s in _steps(tool_span(tool, '{"order": "ord_4117"}', None, i=i, error=m))]
+
+
+def test_a_call_count_in_an_error_message_does_not_make_each_failure_new() -> None:
+    """The failure's identity is its text with its noise masked: a request number rising by one per call
+    in the message is a count of calls, as in a result."""
+    steps = _failures([f"payment gateway rejected request #{8211 + i}: card declined" for i in range(5)])
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, True, False, False, False]
+    assert steps[-1].repeats >= 3
+    assert len({s.error_hash for s in steps[2:]}) == 1
+
+
+def test_a_clock_counter_in_an_error_message_is_masked() -> None:
+    steps = _failures([f"upstream busy (server uptime {7_340_000 + i * 1000})" for i in range(4)])
+    _, judged = _judge(steps)
+    assert [n for n, _ in judged] == [True, False, False, False]
+
+
+def test_an_error_whose_count_moves_by_its_work_stays_a_new_failure() -> None:
+    """Counter-example: a failure that got further each time (rows imported before it failed) is new."""
+    steps = _failures([f"import failed after {v} rows: bad date" for v in (1200, 1900, 3100, 4800)])
+    _, judged = _judge(steps)
+    assert all(n for n, _ in judged)

@@ -263,3 +263,42 @@ def test_langsmith_wraps_a_tool_message_in_output_and_its_text_is_read_by_lines(
     canon = Canonicalizer()
     h, _, flags, _ = canon.output(wrapped)
     assert flags & FAILED and h == canon.output(go)[0]
+
+
+# -- results that are empty but for noise ------------------------------------------------------------------------
+
+CLOCK = 1_795_554_986.0
+
+
+@pytest.mark.parametrize("noise", [
+    "timestamp_ms=1795554986398", "served_at: 1795554986", "generated at 2026-11-26T05:17:40.971304+02:00",
+    "Date: Wed, 26 Nov 2026 05:16:26 GMT", "request_id: req_H28GflmVxBoTVaZSzQERM3",
+    "correlation-id: 0b6f4d3e-1f5c-4c55-9d9a-6a4e0f0b7c11", "event 01M8B4KF7BHTMNGAXDF5S162Y5",
+    "message id 1861234567890123456", 'ETag: W/"9fc43adb8dcdbb5f"', "uptime_ms: 7341234", "(took 123 ms)",
+])
+@pytest.mark.parametrize("answer", ["[]", "{}", "null", ""])
+def test_an_empty_answer_with_a_noise_line_says_nothing(answer: str, noise: str) -> None:
+    """An empty answer followed by a line that is only noise with its label is empty, as the same answer
+    as a JSON result with a noise field is."""
+    text = f"{answer}\n{noise}" if answer else noise
+    _, empty, flags, _ = Canonicalizer().output(text, True, CLOCK)
+    assert empty and flags & BLANK
+
+
+@pytest.mark.parametrize("text", [
+    '["INV-1042"]\nrequest_id: req_H28GflmVxBoTVaZSzQERM3',  # something found, beside the noise
+    "[]\nfound 3 files at 2026-11-26T05:17:40Z",  # a line that says more than a label
+    "[]\nrequest 42 took 123 ms",  # a number standing alone is no label
+    "invoice INV-1042 generated at 2026-11-26T05:17:40Z",
+])
+def test_an_answer_beside_noise_is_not_blank(text: str) -> None:
+    _, empty, flags, _ = Canonicalizer().output(text, True, CLOCK)
+    assert not empty and not flags & BLANK
+
+
+def test_noise_lines_are_left_out_only_for_judging() -> None:
+    """The noise line is masked in the result's identity as before; only its blankness reads past it."""
+    a = Canonicalizer().output("[]\nrequest_id: req_H28GflmVxBoTVaZSzQERM3", True, CLOCK)
+    b = Canonicalizer().output("[]\nrequest_id: req_vFAjgoRVXbELAgRpHaIv6Q", True, CLOCK)
+    assert a[0] == b[0] and a[1:3] == b[1:3]
+    assert results.without_noise_lines("a\nrequest_id: req_<id>\nb") == "a\nb"

@@ -11,10 +11,10 @@ that fails with 503 for good is stopped once the allowance is used up, as is the
 from __future__ import annotations
 
 import pytest
-from spans import request, tool_span
+from spans import request, span, tool_span
 
 from otelloop.config import load_config
-from otelloop.detectors.base import TRANSIENT_RETRIES
+from otelloop.detectors.base import POLL_WAITS, TRANSIENT_RETRIES
 from otelloop.mapping.results import TRANSIENT, transient_failure
 from otelloop.pipeline import Pipeline
 
@@ -120,3 +120,35 @@ def test_the_seed_profile_has_no_allowance() -> None:
     config = load_config(None, {"detectors": {"profile": "seed"}}, env={})
     seen, _ = verdicts(Pipeline(config), retry_spans(7, "429 Too Many Requests", True, trace=35), 35)
     assert seen.index("stop") == 3, "the seed tables judge a retry as they always did"
+
+
+def paced_retry_spans(failures: int, message: str, succeed: bool, trace: int) -> list:
+    """As :func:`retry_spans`, with a model call before each attempt: the model chose to send the call again."""
+    out = []
+    for k in range(failures + succeed):
+        out.append(span("chat gpt-4o", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
+                        trace=trace, i=2 * k))
+        ok = k == failures
+        out.append(tool_span("get_invoice", args='{"invoice_id": "R-7"}', result='{"amount": 120}' if ok else None,
+                             trace=trace, i=2 * k + 1,
+                             error=None if ok else f"{message} (request_id=req_{k:02d}x{'Zq8' * 6})"))
+    return out
+
+
+def test_retries_the_model_chose_are_bounded_by_the_loop_window() -> None:
+    """A model that sends a call failing with 503 again and again is stopped within 6 calls of the row's
+    start (at its 7th attempt), not after the client retry allowance."""
+    p = Pipeline()
+    spans = paced_retry_spans(12, "503 Service Unavailable", False, trace=36)
+    seen, _ = verdicts(p, spans, 36)
+    tools = seen[1::2]  # the verdict after each attempt
+    assert tools[:POLL_WAITS] == ["continue"] * POLL_WAITS
+    assert tools[POLL_WAITS] == "stop"
+    assert POLL_WAITS < TRANSIENT_RETRIES
+
+
+@pytest.mark.parametrize("failures", [3, 4, 6])
+def test_a_retry_the_model_chose_that_succeeds_within_the_window_is_left_alone(failures: int) -> None:
+    p = Pipeline()
+    seen, events = verdicts(p, paced_retry_spans(failures, "429 Too Many Requests", True, trace=37), 37)
+    assert set(seen) == {"continue"} and events == []

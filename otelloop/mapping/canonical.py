@@ -18,7 +18,7 @@ from typing import Any
 
 from otelloop.bounds import DEFAULT_MAX_STRING_BYTES, Memo, truncate
 from otelloop.mapping.noise import MAX_NUMBERS, number_noise, time_unit_key
-from otelloop.mapping.results import FAILED, judged_flags, normalise_result, result_flags
+from otelloop.mapping.results import FAILED, blank_but_noise, judged_flags, normalise_result, result_flags
 
 #: Keys of framework envelopes dropped from outputs before hashing, at any depth: the per-call fields
 #: a dialect wraps a result in (LangChain's ``tool_call_id``, message and run ids and metadata, Bedrock's
@@ -531,14 +531,15 @@ class Canonicalizer:
         if parsed is _UNPARSED:
             empty = raw.strip() == ""
             text = normalise_result(raw, clock_s) if judged else raw
+            empty = empty or (judged and blank_but_noise(raw, text))
             result = (hash_text(text), empty, judged_flags(raw, empty) if judged else 0,
                       _text_facts(text) if judged else None)
         elif not judged:
             empty = parsed is None or parsed == [] or parsed == {} or parsed == ""
             result = (hash_text(_dumps(_strip_envelopes(parsed))), empty, 0, None)
         elif isinstance(parsed := call_result(parsed), str):  # a wrapped text reads as that text
-            empty = parsed.strip() == ""
             text = normalise_result(parsed, clock_s)
+            empty = parsed.strip() == "" or blank_but_noise(parsed, text)
             result = (hash_text(text), empty, judged_flags(parsed, empty), _text_facts(text))
         else:
             echoes: set[Any] = set()
@@ -561,12 +562,16 @@ class Canonicalizer:
                       + (0 if result[3] is None else 64 + 8 * len(result[3][0] or ())))
         return result
 
-    def error(self, text: str) -> tuple[int, int]:
+    def error(self, text: str) -> tuple[int, int, tuple[int, ...], int]:
         """An error's text → (hash of it with only its volatile parts normalised — counts such as
-        ``3 failed`` stay, unlike in :func:`error_signature` —, its results flags with FAILED set)."""
+        ``3 failed`` stay, unlike in :func:`error_signature` —, its results flags with FAILED set, and its
+        candidate counters with the hash of the text without them, as a text result's: see
+        :func:`_text_counters`; ``()`` and 0 when it holds none). A failure's identity is its text with
+        its noise masked, counters that count calls or track the clock included (``otelloop.progress``)."""
         hit = self._errors.get(text)
         if hit is None:
-            hit = (hash_text(normalise_result(text)), result_flags(text, False) | FAILED)
+            normal = normalise_result(text)
+            hit = (hash_text(normal), result_flags(text, False) | FAILED, *_text_counters(normal))
             self._errors.remember(text, hit, len(text), sys.getsizeof(text) + _ENTRY_BYTES)
         return hit
 

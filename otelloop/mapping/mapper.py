@@ -409,9 +409,11 @@ class Mapper:
             if step.output_text is None:
                 step.output_text = text[:OUTPUT_EXCERPT_CHARS]
             step.error_signature = error_signature(text)
-            step.error_hash, step.result_flags = self.canonical.error(text)
+            step.error_hash, step.result_flags, numbers, free = self.canonical.error(text)
             if not _says_what_failed(info):  # a type alone is a class of failures, not one failure
                 step.error_hash = None
+            elif step.kind == "tool":  # the failure is what the step is judged by: its counters are the error's
+                step.numbers, step.numbers_free = numbers, free
         elif empty:
             step.outcome = "empty"
         if step.kind == "tool":

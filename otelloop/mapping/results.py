@@ -226,6 +226,35 @@ def judged_flags(text: str, empty: bool) -> int:
     return flags
 
 
+#: A placeholder of :func:`normalise_result` with what belongs to it (an id's prefix, an ETag's ``W/`` and
+#: quotes, brackets).
+_PLACEHOLDER = re.compile(r"(?:W/)?[\"'(\[]?(?:[A-Za-z]{1,16}[_-])?<(?:uuid|date|time|tmp|addr|hex|dur|age|clock|id)>"
+                          r"[\"')\]]?")
+#: What is left of a line once its placeholders are out, when it was only noise: at most three words naming
+#: the value (``request_id:``, ``generated at``, ``message id``, ``took``), no number standing alone.
+_LABEL_ONLY = re.compile(r"^[^\w]*(?:[A-Za-z][\w.-]*[^\w\n]*){0,3}$")
+
+
+def without_noise_lines(masked: str) -> str:
+    """A normalised text without its lines that are only noise: a placeholder with at most a three-word
+    label (``request_id: req_<id>``, ``timestamp_ms=<clock>``, ``generated at <date>``). What a result
+    says is judged without them: ``[]`` followed by a serving time is still an empty answer."""
+    if "<" not in masked:
+        return masked
+    kept = [line for line in masked.split("\n")
+            if "<" not in line or _LABEL_ONLY.match(_PLACEHOLDER.sub(" ", line)) is None]
+    return "\n".join(kept)
+
+
+def blank_but_noise(raw: str, masked: str) -> bool:
+    """Whether a short text result says nothing once its noise lines are out (see
+    :func:`without_noise_lines`): nothing left, or a bare empty answer (``[]``, ``null``, ``none``)."""
+    if masked is raw or len(raw) > _BLANK_MAX_CHARS or masked == raw:
+        return False
+    rest = without_noise_lines(masked).strip()
+    return not rest or _BLANK_ONLY.search(rest) is not None
+
+
 def _reports_failure(text: str) -> bool:
     """Whether one of :data:`_FAILURE_TEXTS` is found in ``text``, each search made only when ``text``
     holds one of the words every match of it holds (:data:`_FAILURE_NEEDS`): a substring test costs a
