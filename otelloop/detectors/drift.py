@@ -39,10 +39,11 @@ class DriftConfig(DetectorConfig):
         escalation_ema: an alert is ``hard`` (and votes ``nudge``) when its pattern's average is above
             this, else ``soft``. Default: 0.5.
         transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
-            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
-            evidence of a loop; from the next attempt on, the whole row counts. The same allowance
-            covers a poll answering the same again after it moved on its own (see
-            docs/detectors.md#polls-and-batches). With ``progress_aware`` only. Default: 7.
+            timeout: by status code, see docs/detectors.md#transient-failures), sent back to back, that are
+            a client's retry, not evidence of a loop; from the next attempt on, the whole row counts. Attempts
+            the model re-sends after each failure, and a poll answering the same again after it moved on its
+            own (docs/detectors.md#polls-and-batches), get at most this many, and never more than 6 (the loop window).
+            With ``progress_aware`` only. Default: 7.
         progress_aware: a read whose result is new (the file changed, whoever changed it) starts its
             count afresh, and a test-fail loop is any call — a shell command, a ``run_tests`` tool —
             whose result reports a failure (failing tests, a traceback, a non-zero exit, an error status)

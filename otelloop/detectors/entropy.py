@@ -33,10 +33,11 @@ class EntropyConfig(DetectorConfig):
         authoritative_attribute: span attribute holding an agent's self-reported score, replaced by
             the computed one when present; null leaves spans alone. Default: ``cognition.entropy_score``.
         transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
-            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
-            evidence of a loop; from the next attempt on, the whole row counts. The same allowance
-            covers a poll answering the same again after it moved on its own (see
-            docs/detectors.md#polls-and-batches). With ``progress_aware`` only. Default: 7.
+            timeout: by status code, see docs/detectors.md#transient-failures), sent back to back, that are
+            a client's retry, not evidence of a loop; from the next attempt on, the whole row counts. Attempts
+            the model re-sends after each failure, and a poll answering the same again after it moved on its
+            own (docs/detectors.md#polls-and-batches), get at most this many, and never more than 6 (the loop window).
+            With ``progress_aware`` only. Default: 7.
         progress_aware: the window holds the session's tool steps only, so a ReAct agent's model turns
             between its tool calls do not dilute it and chat turns never fill it; two steps count as the
             same action only when their results are the same too (the result or the file version they

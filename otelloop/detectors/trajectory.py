@@ -91,10 +91,11 @@ class TrajectoryConfig(DetectorConfig):
         weights: score added per loop type (see :class:`TrajectoryWeights`). Default: stutter 2.0,
             semantic_repeat 1.5, phantom_progress 1.0, ping_pong 1.5.
         transient_retries: attempts of one call failing the same transient way (an HTTP 429 or 503, a
-            timeout: by status code, see docs/detectors.md#transient-failures) that are a retry, not
-            evidence of a loop; from the next attempt on, the whole row counts. The same allowance
-            covers a poll answering the same again after it moved on its own (see
-            docs/detectors.md#polls-and-batches). With ``progress_aware`` only. Default: 7.
+            timeout: by status code, see docs/detectors.md#transient-failures), sent back to back, that are
+            a client's retry, not evidence of a loop; from the next attempt on, the whole row counts. Attempts
+            the model re-sends after each failure, and a poll answering the same again after it moved on its
+            own (docs/detectors.md#polls-and-batches), get at most this many, and never more than 6 (the loop window).
+            With ``progress_aware`` only. Default: 7.
         progress_aware: loop types count only steps that brought nothing new (a result seen before
             in the session, a result that says nothing, a write that restores a version the file had),
             so repetition with progress — batches, polling that completes, retries that succeed — is
