@@ -165,11 +165,15 @@ class Session:
         self.findings = tuple(kept[-RECENT_FINDINGS:])
 
     def apply_votes(self, votes: Mapping[str, tuple[str, str, str]]) -> None:
-        """Fold detector votes into the session verdict (the most severe wins, docs/detectors.md#verdicts)."""
+        """Fold detector votes into the session verdict (the most severe wins, docs/detectors.md#verdicts).
+
+        The verdict is worked out again only when a vote or the held stop changed: a loop, stopped or
+        not, repeats the same votes step after step, and the verdict already follows from them."""
+        changed = False
         for detector, vote in votes.items():
             if vote[0] == "continue":
-                if self.votes:
-                    self.votes.pop(detector, None)
+                if self.votes and self.votes.pop(detector, None) is not None:
+                    changed = True
                     if not self.votes:
                         self.votes = None
             else:
@@ -185,9 +189,12 @@ class Session:
                     if old is None or old[2] != message:
                         message = redact(message, VERDICT_MESSAGE_CHARS)
                     vote = self.votes[detector] = (vote[0], reason, message)
+                    changed = True
                 if vote[0] == "stop" and self.stop_hold is None:
                     self.stop_hold = (vote[1], vote[2])
-        self.recompute()
+                    changed = True
+        if changed:
+            self.recompute()
 
     def recompute(self) -> None:
         before = self.verdict

@@ -325,10 +325,17 @@ def _reads_since_change(state: DriftState, target: int) -> int:
 
 
 def _forget(state: DriftState, horizon: int) -> None:
-    """Drop the entries of steps at or before ``horizon`` (they have left the window)."""
-    _drop_until(state.reads, horizon)
-    _drop_until(state.writes, horizon)
-    _drop_until(state.runs, horizon)
+    """Drop the entries of steps at or before ``horizon`` (they have left the window).
+
+    Runs on every step: a list whose oldest entry is still in the window (most steps) is left without
+    a call."""
+    reads, writes, runs = state.reads, state.writes, state.runs
+    if reads and reads[0].step <= horizon:
+        _drop_until(reads, horizon)
+    if writes and writes[0].step <= horizon:
+        _drop_until(writes, horizon)
+    if runs and runs[0].step <= horizon:
+        _drop_until(runs, horizon)
 
 
 class _Entry(Protocol):

@@ -267,8 +267,9 @@ class TrajectoryDetector(Detector):
         if signals:
             state.types = tuple(signals)
             state.message = _nudge_message(state.level, tuple(signals.items()))
-        ctx.set_attribute("otelloop.loop_score", state.score)
-        ctx.set_attribute("otelloop.intervention", state.level)
+        attributes = ctx.attributes  # ctx.set_attribute, without a call per key on every tool step
+        attributes["otelloop.loop_score"] = state.score
+        attributes["otelloop.intervention"] = state.level
         if _LEVEL_RANK[state.level] > _LEVEL_RANK[previous]:
             ctx.report(_intervention(state, list(signals), step if cfg.progress_aware else None))
         self._vote(state, ctx)
