@@ -49,6 +49,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Queue the corpus replays the selected tests will read, in their order (replays.py): a test module
     that reads replays says which, per test, in a function ``replays_for(item)``."""
+    if session.config.option.collectonly:
+        return
     for item in session.items:
         plan = getattr(getattr(item, "module", None), "replays_for", None)
         if plan is not None:
