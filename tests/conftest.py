@@ -13,6 +13,7 @@ Tests that take minutes are marked ``slow`` (see :data:`SLOW`): ``-m "not slow"`
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Queue the corpus replays the selected tests will read, in their order (replays.py): a test module
+    that reads replays says which, per test, in a function ``replays_for(item)``."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        plan = getattr(getattr(item, "module", None), "replays_for", None)
+        if plan is not None:
+            plan(item)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The corpus replays' worker processes end with the session (replays.py; only if a test started them)."""
+    replays = sys.modules.get("replays")
+    if replays is not None:
+        replays.shutdown()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test marked with an extra's name (``@pytest.mark.semantic``) needs that extra installed."""
     for extra in extras.EXTRAS:
@@ -60,31 +79,45 @@ def loop() -> Iterator[BackgroundLoop]:
 
 
 @pytest.fixture
-def grpc_sink(loop: BackgroundLoop) -> Iterator[GrpcSink]:
+def served_processes() -> list[Served]:
+    """The ``otelloop serve`` processes a test started (by ``serve``), for the fixtures that tear down."""
+    return []
+
+
+def _stop_all(processes: list[Served]) -> None:
+    for s in processes:
+        s.stop()  # a process already stopped is left as it is
+
+
+@pytest.fixture
+def grpc_sink(loop: BackgroundLoop, served_processes: list[Served]) -> Iterator[GrpcSink]:
+    """A sink that outlives the test's servers: they are stopped first, so that their shutdown drains into a
+    sink that still answers (an upstream gone first would hold each one for its whole grace period)."""
     sink = loop.run(GrpcSink().start())
     yield sink
+    _stop_all(served_processes)
     loop.run(sink.stop())
 
 
 @pytest.fixture
-def http_sink(loop: BackgroundLoop) -> Iterator[HttpSink]:
+def http_sink(loop: BackgroundLoop, served_processes: list[Served]) -> Iterator[HttpSink]:
+    """Like ``grpc_sink``: the test's servers stop before it does."""
     sink = loop.run(HttpSink().start())
     yield sink
+    _stop_all(served_processes)
     loop.run(sink.stop())
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
+def serve(tmp_path: Path, served_processes: list[Served]) -> Iterator[Any]:
     """``serve(config, **kw)`` starts ``otelloop serve``; every process started is stopped afterwards."""
-    started: list[Served] = []
 
     def start(config: dict[str, Any] | None = None, **kw: Any) -> Served:
-        d = tmp_path / f"otelloop{len(started)}"
+        d = tmp_path / f"otelloop{len(served_processes)}"
         d.mkdir()
         s = Served(d, config, **kw)
-        started.append(s)
+        served_processes.append(s)
         return s
 
     yield start
-    for s in started:
-        s.stop()
+    _stop_all(served_processes)

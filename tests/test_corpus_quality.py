@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import replays
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "corpus"
@@ -124,9 +125,15 @@ def test_run_parses_and_labels_are_consistent(run_id: str) -> None:
 NOISY = ("langgraph_openllmetry", "autogen", "google_adk", "llamaindex", "agno")
 
 
-@lru_cache(maxsize=1)
+def replays_for(item: pytest.Item) -> None:
+    """The replay this module's tests read (queued after collection: see replays.py)."""
+    replays.prefetch([bench_quality.RECORDED])
+
+
 def _all_results() -> tuple[bench_quality.RunResult, ...]:
-    return tuple(bench_quality.evaluate(None, CORPUS))
+    """Every corpus run replayed with the defaults: ``bench_quality.evaluate(None, CORPUS)``, shared with the
+    metamorphic suite's recording as it is (replays.py)."""
+    return tuple(replays.results(bench_quality.RECORDED)[CORPUS.name])
 
 
 def _results() -> tuple[bench_quality.RunResult, ...]:
@@ -227,9 +234,9 @@ def test_bench_quality_json_matches_the_targets_view() -> None:
 # -- the held-out set (default configuration) -------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
 def _holdout() -> tuple[bench_quality.RunResult, ...]:
-    return tuple(bench_quality.evaluate(None, HOLDOUT))
+    """``bench_quality.evaluate(None, HOLDOUT)``, shared like :func:`_all_results`."""
+    return tuple(replays.results(bench_quality.RECORDED)[HOLDOUT.name])
 
 
 def test_held_out_set_spans_every_class_and_dialect() -> None:

@@ -24,11 +24,12 @@ import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+import replays
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -126,12 +127,24 @@ def _cases() -> list[Any]:
     return cases
 
 
-# -- measuring (once per variant per session) --------------------------------------------------------------------
+# -- measuring (once per variant per session, in worker processes: see replays.py) ---------------------------------
 
 
-@cache
+def replays_for(item: pytest.Item) -> None:
+    """The variants a test reads, queued after collection in the order of the tests (see replays.py)."""
+    callspec = getattr(item, "callspec", None)
+    variant = callspec.params.get("variant") if callspec is not None else None
+    name = getattr(item, "originalname", "")
+    if name == "test_misleading_tool_names_change_no_verdict":
+        replays.prefetch([bench_quality.RECORDED, variant])
+    elif name in ("test_target", "test_no_regression_below_the_measured_figures"):
+        replays.prefetch([variant])
+    elif name == "test_bench_quality_reports_variants_side_by_side":
+        replays.prefetch(["batch-alike"])
+
+
 def _per_set(variant: str) -> dict[str, list[bench_quality.RunResult]]:
-    return bench_quality.evaluate_variant(variant)
+    return replays.results(variant)
 
 
 def _results(variant: str) -> tuple[bench_quality.RunResult, ...]:
@@ -206,8 +219,17 @@ def test_the_table_covers_every_variant() -> None:
     assert set(BASELINE) == {bench_quality.RECORDED, *V.VARIANTS}
 
 
-def test_bench_quality_reports_variants_side_by_side() -> None:
+def test_bench_quality_reports_variants_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report over the variant's replay the tests above share (the same call: replays.py)
+    asked: list[tuple[str, str | None]] = []
+
+    def shared(name: str, config_path: str | None = None) -> dict[str, list[bench_quality.RunResult]]:
+        asked.append((name, config_path))
+        return replays.results(name)
+
+    monkeypatch.setattr(bench_quality, "evaluate_variant", shared)
     rep = bench_quality.variant_report(["batch-alike"])
+    assert asked == [("batch-alike", None)]
     figs = json.loads(json.dumps(rep))["variants"]["batch-alike"]
     assert set(figs) == {"corpus", "holdout", "all"}
     for key in ("in_time", "median_lag", "recall", "healthy_stopped", "healthy_nudged", "healthy_with_finding",

@@ -232,6 +232,18 @@ def test_sigterm_with_a_full_queue_drains_it(serve: Any, loop: BackgroundLoop) -
         loop.run(sink.stop())
 
 
+def test_sigterm_exits_as_soon_as_the_queue_is_delivered(serve: Any, grpc_sink: GrpcSink) -> None:
+    """The grace period bounds the drain, it is not waited out: with the upstream answering, SIGTERM ends
+    the process once every accepted span is delivered (well inside a 60 s grace; the margin is generous)."""
+    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}", "shutdown_grace": "60s"}})
+    sent = [tool_span(trace=91, i=i) for i in range(20)]
+    grpc_export(o.grpc, request(*sent))
+    o.signal(signal.SIGTERM)
+    assert o.proc.wait(20) == 0
+    assert {s.span_id for s in delivered_spans(grpc_sink)} >= {s.span_id for s in sent}
+    assert "otelloop stopped" in o.stderr and "could not be delivered" not in o.stderr
+
+
 def test_detect_only_mode_prints_findings(serve: Any) -> None:
     o = serve({})
     grpc_export(o.grpc, request(*[tool_span(trace=77, i=i) for i in range(4)]))
