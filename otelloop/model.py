@@ -66,6 +66,9 @@ class Step:
     #: Hashes of (old text, new text) of a replace-style edit.
     edit_old_hash: int | None = None
     edit_new_hash: int | None = None
+    #: The tokens a replace-style edit put into the file and took out of it (``otelloop.mapping.fragments``):
+    #: a failing check that only names the value just written is the failure it was before the edit.
+    edit_fragments: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     diff_hash: str | None = None
     failing_tests: int | None = None
     failure_signature: str | None = None

@@ -45,9 +45,10 @@ import functools
 import sys
 from array import array
 
+from otelloop.mapping import fragments
 from otelloop.mapping.canonical import LEARNABLE, SAYS, hash_bytes, hash_text
 from otelloop.mapping.noise import ClockTable, without_clocks
-from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT
+from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT, normalise_result
 from otelloop.model import Step
 from otelloop.work import WorkState, batched, poll_wait, target_key
 
@@ -106,6 +107,22 @@ class ToolMemory:
         self.changes: bytearray | None = None
 
 
+class Failure:
+    """The session's last failing step that failed with a text (:func:`_echoed_failure`)."""
+
+    __slots__ = ("call", "error", "key", "name", "text", "clock_s", "text_hash")
+
+    def __init__(self, call: int, name: str, text: str, clock_s: float, error: bool, text_hash: int) -> None:
+        #: the call's hash, its tool's name, its text (the step's ``output_text``: at most an excerpt),
+        #: the span clock the text was normalised near, whether it was an error (else a failing result)
+        self.call, self.name, self.text, self.clock_s, self.error = call, name, text, clock_s, error
+        #: the hash its text was judged by (``Step.error_hash`` or the output hash): the excerpt stands
+        #: for the text only when it hashes to it
+        self.text_hash = text_hash
+        #: its result key (None: not yet set)
+        self.key: int | None = None
+
+
 class ProgressState:
     """The progress tracker's state of one session (see the module docstring).
 
@@ -114,7 +131,8 @@ class ProgressState:
     ``runs[i]`` how many times in a row it has given it.
     """
 
-    __slots__ = ("calls", "clocks", "count", "paced", "results", "runs", "seen", "stale", "tools", "work")
+    __slots__ = ("calls", "clocks", "count", "edit", "failure", "paced", "results", "runs", "seen", "stale", "tools",
+                 "work")
 
     def __init__(self) -> None:
         #: steps of the session that brought something new
@@ -137,6 +155,11 @@ class ProgressState:
         self.work: WorkState | None = None
         #: a model step came since the last tool step: the next call is the model's choice
         self.paced = False
+        #: what the session's last write put into its file and took out (``Step.edit_fragments``); None
+        #: until a replace-style edit, and after a write that is not one
+        self.edit: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        #: the session's last failing text result or error (:func:`_echoed_failure`); None until one
+        self.failure: Failure | None = None
 
 
 def new_state() -> ProgressState:
@@ -158,8 +181,14 @@ def observe(progress: ProgressState, step: Step) -> None:
                 step.error_hash = _mask_clocks(progress, step, step.error_hash, _ERROR)
             elif output is not None:
                 output = _mask_clocks(progress, step, output)
-        key = step.result = result_key(step, output)
         call = hash((step.name, step.args_hash)) & _MASK64
+        if step.tool_class == "write":
+            progress.edit = step.edit_fragments if step.edit_fragments[0] else None
+        elif step.leaves is None and (step.outcome == "error" or step.result_flags & FAILED):
+            output = _echoed_failure(progress, step, call, output)
+        key = step.result = result_key(step, output)
+        if progress.failure is not None and progress.failure.key is None:
+            progress.failure.key = key
         if key is not None:
             plain = key
             key, of_batch = _batch_key(progress, step, key, call, paged=step.args_hash != args)
@@ -370,6 +399,56 @@ def _mask_clocks(progress: ProgressState, step: Step, output: int, kind: str = "
         if before.call == call:
             _rekey_call(progress, call, old, only_if=previous)
     return masked
+
+
+def _echoed_failure(progress: ProgressState, step: Step, call: int, output: int | None) -> int | None:
+    """The output hash to judge a failing step by (setting ``step.error_hash`` when it is an error), with
+    the fragments the session's last edit put into its file masked in its text.
+
+    A check that fails after an edit and whose text names what the edit just wrote (a link target, a
+    name, a value) says the edit changed nothing but its own echo. Its identity is its text with those
+    fragments masked; when the call's last failure, before the edit, named what the edit took out at the
+    same place, that failure is judged again with those masked: the same failure, and the call's run
+    goes on. A failure whose text changed in any other way stays a new one. Only a text the step's
+    excerpt holds whole is masked (its normal form hashes to the hash it was judged by); bounded by the
+    excerpt's length and :data:`~otelloop.mapping.fragments.MAX_FRAGMENTS`.
+    """
+    error = step.outcome == "error"
+    judged = step.error_hash if error else output
+    text = step.output_text
+    previous, progress.failure = progress.failure, None
+    if judged is None or text is None or step.result_flags & (BLANK | ACK):
+        return output
+    clock_s = step.start_ns / 1e9
+    failure = Failure(call, step.name, text, clock_s, error, judged)
+    edit = progress.edit
+    masked = None if edit is None else fragments.mask(text, edit[0])
+    if masked is not None and _failure_hash(failure, text) == judged:
+        judged = _failure_hash(failure, masked)
+        if previous is not None and previous.call == call and previous.key is not None and edit is not None:
+            was = fragments.mask(previous.text, edit[1])
+            if was is not None and _failure_hash(previous, previous.text) == previous.text_hash:
+                old = _failure_key(previous, _failure_hash(previous, was))
+                _remember_result(progress, old)
+                _rekey_call(progress, call, old, only_if=previous.key)
+                _rekey_call(progress, hash(step.name) & _MASK64, old, only_if=previous.key)
+        if error:
+            step.error_hash = judged
+        else:
+            output = judged
+    progress.failure = failure
+    return output
+
+
+def _failure_hash(failure: Failure, text: str) -> int:
+    """The hash a failure's ``text`` is judged by, as the mapper forms it (``Canonicalizer.error`` and
+    ``Canonicalizer.output`` of a text)."""
+    return hash_text(normalise_result(text) if failure.error else normalise_result(text, failure.clock_s))
+
+
+def _failure_key(failure: Failure, text_hash: int) -> int:
+    """The result key of a failure whose text hashes to ``text_hash`` (see :func:`_result_key`)."""
+    return _stable("error", failure.name, text_hash) & _MASK64 if failure.error else text_hash
 
 
 def _with_echo(output: int, echo: int) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 from otelloop.bounds import MAX_SIGNAL_BYTES, cut
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
+from otelloop.mapping.fragments import NONE as NO_FRAGMENTS
+from otelloop.mapping.fragments import edit_fragments
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.results import ACK, BLANK, FAILED, TERSE, TRANSIENT, transient_failure
@@ -447,7 +449,7 @@ class Mapper:
             self._tool_cache.remember(key, details, len(raw_args), _TOOL_ENTRY_BYTES + strings)
         if details is not _NOT_A_FILE_TOOL:
             (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
-             step.edit_new_hash) = details
+             step.edit_new_hash, step.edit_fragments) = details
 
     def _classify(self, name: str, raw_args: str, parsed: dict[str, Any] | None, acknowledged: bool,
                   returned: bool) -> tuple[Any, ...]:
@@ -464,7 +466,8 @@ class Mapper:
         limit = self.max_string_bytes
         return (info.tool_class, None if info.file_path is None else cut(info.file_path, limit),
                 None if info.command is None else cut(info.command, limit), content,
-                hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None)
+                hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None,
+                edit_fragments(info.edit_old, info.edit_new) if edited else NO_FRAGMENTS)
 
 
 def _kind(span: dict[str, Any]) -> str | None:
