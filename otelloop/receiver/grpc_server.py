@@ -98,7 +98,9 @@ class GrpcReceiver:
                 self.ingest.charge(ticket, len(request), "a request received")
                 outcome: Accepted | Refusal = await self.ingest.handle(request, "grpc", ticket)
             except Refusal as refusal:
-                outcome = refusal
+                # Without its traceback: kept in this frame, it would hold the frame (and the request's
+                # bytes) in a reference cycle that only the garbage collector frees.
+                outcome = refusal.with_traceback(None)
             except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
                 self.ingest.aborted("grpc")
                 raise
