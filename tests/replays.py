@@ -2,9 +2,9 @@
 
 One replay of both sets (``bench_quality.evaluate_variant``, or the novelty gate's comparison in
 ``test_gate``) takes seconds of CPU, and the metamorphic suite and the gate test need one per variant. They
-run in worker processes, one per core, each replay once per test session whichever test asks first; the
-replays are the benchmark's own, unchanged, so every figure is the one ``python benchmarks/bench_quality.py
---variant`` prints.
+run in worker processes (one core fewer than the machine has), each replay once per test session whichever
+test asks first; the replays are the benchmark's own, unchanged, so every figure is the one
+``python benchmarks/bench_quality.py --variant`` prints.
 
 After collection, ``tests/conftest.py`` asks each selected test's module what it will replay (a module
 function ``replays_for(item)``, which calls :func:`start`), so the replays are queued in the order the tests
@@ -42,11 +42,13 @@ def _lower_priority() -> None:
 
 
 def _executor() -> ProcessPoolExecutor:
-    """The worker processes, started on first use. ``spawn``: the test process has threads (event loops,
-    gRPC) that a forked child would inherit half-way through whatever they were doing."""
+    """The worker processes, started on first use: one core fewer than the machine has (at least one), so
+    that the tests that bound a probe's latency under a burst keep a core for their servers. ``spawn``: the
+    test process has threads (event loops, gRPC) that a forked child would inherit half-way through
+    whatever they were doing."""
     global _pool
     if _pool is None:
-        _pool = ProcessPoolExecutor(max_workers=len(os.sched_getaffinity(0)),
+        _pool = ProcessPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)) - 1),
                                     mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority)
     return _pool
 
