@@ -263,3 +263,31 @@ def test_langsmith_wraps_a_tool_message_in_output_and_its_text_is_read_by_lines(
     canon = Canonicalizer()
     h, _, flags, _ = canon.output(wrapped)
     assert flags & FAILED and h == canon.output(go)[0]
+
+
+def test_every_time_unit_ends_in_a_letter_the_keyed_number_search_looks_after() -> None:
+    """The search for a number after a key only looks after the letters time units end in: a unit added
+    to the list that ends in another letter must widen it, or numbers under keys naming it stay."""
+    from otelloop.mapping.noise import TIME_UNITS
+
+    for unit in TIME_UNITS:
+        for key in (f"took_{unit}", f"took_{unit.upper()}", f"took{unit.capitalize()}"):
+            assert results._KEYED_NUMBER.search(f"{key}: 12") is not None, key
+            assert results._KEYED_NUMBER.search(f'"{key}"=12') is not None, key
+
+
+#: The search for numbers after keys as it was before it looked only after a time unit's last letter: a
+#: number after any letter (or a letter and a quote), each match put back unless its key names a unit.
+_ANY_KEYED_NUMBER = re.compile(r"([:=](?:(?<=[A-Za-z][:=])|(?<=[A-Za-z][\"'][:=]))[ \t]*)\d+(?:\.\d+)?(?![\w.])")
+_KEY_TEXT = st.lists(st.one_of(
+    st.sampled_from(["took_ms", "latencyMs", "uptime-s", "elapsed_seconds", "TOOK_MS", "size", "rows", "line",
+                     "passed", "items", "status", "nanos", "ids", "x", "abc_d", "timeSec", "msecs", "uptime_s2"]),
+    st.sampled_from([":", "=", ": ", "=\t", '":', "':", '"=']), st.from_regex(r"\d{1,6}(\.\d{1,3})?", fullmatch=True),
+    st.sampled_from([" ", ",", "\n", ".", "x", "_", "{", "}", '"']), st.text(max_size=4)), max_size=12).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_KEY_TEXT)
+def test_numbers_after_keys_are_masked_as_the_search_after_any_key_masked_them(text: str) -> None:
+    assert (results._KEYED_NUMBER.sub(results._unit_keyed, text)
+            == _ANY_KEYED_NUMBER.sub(results._unit_keyed, text))
