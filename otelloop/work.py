@@ -32,6 +32,7 @@ State per session: :class:`WorkState`, two small integer arrays bounded by :data
 from __future__ import annotations
 
 import functools
+import sys
 from array import array
 
 from otelloop.mapping.canonical import hash_text
@@ -47,6 +48,7 @@ _MASK64 = (1 << 64) - 1
 _POLL = 3
 #: A form entry: ``[form, first target, first answer, first call, batched]``.
 _FORM = 5
+_WIDTH = array("Q").itemsize
 
 
 class WorkState:
@@ -137,7 +139,16 @@ def fold(key: int, target: int) -> int:
 
 
 def _find(values: array[int], value: int, stride: int) -> int:
-    for at in range(0, len(values), stride):
-        if values[at] == value:
-            return at
-    return -1
+    """Index of the entry (``stride`` values each) whose first value is ``value``, or -1.
+
+    A byte search over the array's memory, as ``otelloop.progress`` looks up its keys: a loop over the
+    entries in Python was the larger part of the cost of judging a repeated step. A match that starts
+    anywhere but at an entry's first value is skipped.
+    """
+    raw = values.tobytes()
+    needle = value.to_bytes(_WIDTH, sys.byteorder)
+    entry = _WIDTH * stride
+    pos = raw.find(needle)
+    while pos >= 0 and pos % entry:
+        pos = raw.find(needle, pos + 1)
+    return -1 if pos < 0 else pos // _WIDTH

@@ -302,3 +302,34 @@ def test_noise_lines_are_left_out_only_for_judging() -> None:
     b = Canonicalizer().output("[]\nrequest_id: req_vFAjgoRVXbELAgRpHaIv6Q", True, CLOCK)
     assert a[0] == b[0] and a[1:3] == b[1:3]
     assert results.without_noise_lines("a\nrequest_id: req_<id>\nb") == "a\nb"
+
+
+# -- the search for numbers after keys ---------------------------------------------------------------------------
+
+
+def test_every_time_unit_ends_in_a_letter_the_keyed_number_search_looks_after() -> None:
+    """The search for a number after a key only looks after the letters time units end in: a unit added
+    to the list that ends in another letter must widen it, or numbers under keys naming it stay."""
+    from otelloop.mapping.noise import TIME_UNITS
+
+    for unit in TIME_UNITS:
+        for key in (f"took_{unit}", f"took_{unit.upper()}", f"took{unit.capitalize()}"):
+            assert results._KEYED_NUMBER.search(f"{key}: 12") is not None, key
+            assert results._KEYED_NUMBER.search(f'"{key}"=12') is not None, key
+
+
+#: The search for numbers after keys as it was before it looked only after a time unit's last letter: a
+#: number after any letter (or a letter and a quote), each match put back unless its key names a unit.
+_ANY_KEYED_NUMBER = re.compile(r"([:=](?:(?<=[A-Za-z][:=])|(?<=[A-Za-z][\"'][:=]))[ \t]*)\d+(?:\.\d+)?(?![\w.])")
+_KEY_TEXT = st.lists(st.one_of(
+    st.sampled_from(["took_ms", "latencyMs", "uptime-s", "elapsed_seconds", "TOOK_MS", "size", "rows", "line",
+                     "passed", "items", "status", "nanos", "ids", "x", "abc_d", "timeSec", "msecs", "uptime_s2"]),
+    st.sampled_from([":", "=", ": ", "=\t", '":', "':", '"=']), st.from_regex(r"\d{1,6}(\.\d{1,3})?", fullmatch=True),
+    st.sampled_from([" ", ",", "\n", ".", "x", "_", "{", "}", '"']), st.text(max_size=4)), max_size=12).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_KEY_TEXT)
+def test_numbers_after_keys_are_masked_as_the_search_after_any_key_masked_them(text: str) -> None:
+    assert (results._KEYED_NUMBER.sub(results._unit_keyed, text)
+            == _ANY_KEYED_NUMBER.sub(results._unit_keyed, text))

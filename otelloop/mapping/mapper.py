@@ -14,19 +14,20 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from otelloop.bounds import MAX_SIGNAL_BYTES, cut
 from otelloop.config import Config, MappingRule
 from otelloop.mapping.canonical import Canonicalizer, TextMemo, error_signature, hash_text
 from otelloop.mapping.fragments import NONE as NO_FRAGMENTS
-from otelloop.mapping.fragments import edit_fragments
+from otelloop.mapping.fragments import Fragments, edit_fragments
 from otelloop.mapping.program import KindRule, Program, kind_of
 from otelloop.mapping.reads import AMOUNT, COUNT, STRING, TEXT, Plan, resolve
 from otelloop.mapping.results import ACK, BLANK, FAILED, TERSE, TRANSIENT, transient_failure
 from otelloop.mapping.targets import call_target
 from otelloop.mapping.tools import ToolClassifier
-from otelloop.model import Step
+from otelloop.model import Step, ToolClass
 from otelloop.otlp.scan import Resource, SpanInfo, event_key
 
 _TOOL_OPS = frozenset({"execute_tool", "retrieval", "create_memory", "create_memory_store", "delete_memory",
@@ -108,7 +109,27 @@ _STATUS_ERROR = 2
 _TOOL_ENTRY_BYTES = 300
 #: Estimated bytes of a name-table entry besides its strings (its slot in the table).
 _NAME_ENTRY_BYTES = 100
-_NOT_A_FILE_TOOL: tuple[Any, ...] = ()
+
+
+@dataclass(slots=True)
+class _CallFacts:
+    """What the mapper memoises of a tool call by (tool, raw arguments, what its result is): its role and
+    file or command facts (``otelloop.mapping.tools``; ``role`` None when nothing says it reads, writes or
+    runs), and what the call is about (``otelloop.mapping.targets``: its form and target), read the first
+    time a brief or empty answer needs it (None until then). One memo for both: one lookup per step, and
+    no second copy of the arguments' key."""
+
+    role: ToolClass | None
+    file_path: str | None = None
+    command: str | None = None
+    content_hash: int | None = None
+    edit_old_hash: int | None = None
+    edit_new_hash: int | None = None
+    #: what a replace-style edit put in and took out (``otelloop.mapping.fragments``)
+    edit_fragments: Fragments = NO_FRAGMENTS
+    target: tuple[int, int] | None = None
+
+
 #: A step is built by keyword through ``Step.__init__`` called as a function, which takes keywords as they
 #: come: calling the class with keywords packs them into a dict first (CPython 3.11), which doubles the
 #: cost of building a step.
@@ -165,8 +186,8 @@ def _says_what_failed(info: SpanInfo) -> bool:
 
 #: Arguments longer than this are content, never a batch call's target (:mod:`otelloop.mapping.targets`).
 _TARGET_ARGS_CHARS = 1024
-#: Bytes of a memoised target beside its key: the entry, the tuple and its two integers.
-_TARGET_ENTRY_BYTES = 200
+#: Bytes a target adds to its call's memo entry (counted from the start): the tuple and its two integers.
+_TARGET_ENTRY_BYTES = 130
 
 
 def _metadata_kind(raw: str) -> str | None:
@@ -252,10 +273,9 @@ class Mapper:
         self._short = self.max_string_bytes >> 2
         self.canonical = Canonicalizer(config.mapping.max_text_bytes, self.max_string_bytes)
         self.tools = ToolClassifier(config.mapping.tools)
-        self._tool_cache = TextMemo(config.mapping.max_text_bytes)  # (tool, raw args) → file/command facts
+        self._tool_cache = TextMemo(config.mapping.max_text_bytes)  # (tool, raw args, result) → _CallFacts
         #: raw name (tool, agent, service, environment, model, intent, node) → its bounded, shared form
         self._names = TextMemo(4 * self.max_string_bytes)
-        self._targets = TextMemo(_TARGET_ARGS_CHARS)  # raw args → (form, target) of a brief answer's call
 
     def program(self, slow_keys: frozenset[str] = frozenset()) -> Program | None:
         """What the reader can map itself (None with mapping rules configured: rules need the mapper).
@@ -318,7 +338,6 @@ class Mapper:
         names, new = self._names, self._name
         name = names.get(name) or new(name)
         service = names.get(service) or new(service)
-        environment = names.get(environment) or new(environment)
         agent = service if not agent else names.get(agent) or new(agent)
         intent = intent or op or kind
         intent = names.get(intent) or new(intent)
@@ -328,10 +347,14 @@ class Mapper:
             session = cut(session, self.max_string_bytes)
         step = _new_object(Step)
         _init_step(step, session=session or trace_hex, kind=kind, name=name, agent=agent,  # type: ignore[arg-type]
-                   service=service, environment=environment, model=model, intent=intent,
-                   input_tokens=tokens_in, output_tokens=tokens_out,
+                   service=service, model=model, intent=intent, input_tokens=tokens_in, output_tokens=tokens_out,
                    cost_usd=cost or 0.0, start_ns=info.start_ns, end_ns=info.end_ns, trace_id=trace_hex,
                    span_id=info.span_id)
+        # Set apart, not as a 15th keyword above: CPython 3.11 compiles a call with 15 keyword arguments
+        # or more into building a dict and unpacking it (a tenth of a looping workload's cost per span
+        # with detectors off).
+        if environment:
+            step.environment = names.get(environment) or new(environment)
         if kind == "system":
             node = self._node(span, res, span_name, errors)
             step.node = names.get(node) or new(node)
@@ -420,39 +443,39 @@ class Mapper:
             step.outcome = "empty"
         if step.kind == "tool":
             self._tool_details(step, raw_args, parsed)
-            self._target(step, raw_args, parsed)
-
-    def _target(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
-        """What a call that answered briefly or with nothing is about (``Step.args_form``, ``Step.target``):
-        only such answers can make a batch (``otelloop.work``), so only they pay for reading it; memoised
-        by the raw arguments, which a looping agent repeats."""
-        if (parsed is None or step.outcome == "error" or not step.result_flags & (BLANK | TERSE)
-                or len(raw_args) > _TARGET_ARGS_CHARS):
-            return
-        target = self._targets.get(raw_args)
-        if target is None:
-            target = call_target(parsed)
-            self._targets.remember(raw_args, target, len(raw_args), sys.getsizeof(raw_args) + _TARGET_ENTRY_BYTES)
-        step.args_form, step.target = target
 
     def _tool_details(self, step: Step, raw_args: str, parsed: dict[str, Any] | None) -> None:
-        """File/command facts of a tool call, memoised by (tool, raw arguments): agents repeat calls."""
+        """File/command facts of a tool call and, for a call that answered briefly or with nothing, what it
+        is about (``Step.args_form``, ``Step.target``: only such answers can make a batch, ``otelloop.work``,
+        so only they pay for reading it); memoised by (tool, raw arguments, what the result is): agents
+        repeat calls."""
         acknowledged = bool(step.result_flags & ACK)
         # something returned that is neither an acknowledgement nor a failure: what a read returns
         returned = (step.output_hash is not None and step.outcome != "error"
                     and not step.result_flags & (BLANK | ACK | FAILED))
         key = (step.name, raw_args, acknowledged, returned)
-        details = self._tool_cache.get(key)
-        if details is None:
-            details = self._classify(step.name, raw_args, parsed, acknowledged, returned)
-            strings = sys.getsizeof(raw_args) + sum(sys.getsizeof(v) for v in details[1:3] if v is not None)
-            self._tool_cache.remember(key, details, len(raw_args), _TOOL_ENTRY_BYTES + strings)
-        if details is not _NOT_A_FILE_TOOL:
-            (step.tool_class, step.file_path, step.command, step.content_hash, step.edit_old_hash,
-             step.edit_new_hash, step.edit_fragments) = details
+        cache = self._tool_cache
+        facts = cache.get(key)
+        if facts is None:
+            facts = self._classify(step.name, raw_args, parsed, acknowledged, returned)
+            strings = sys.getsizeof(raw_args) + sum(sys.getsizeof(v) for v in (facts.file_path, facts.command)
+                                                    if v is not None)
+            strings += sum(sys.getsizeof(f) for side in facts.edit_fragments for f in side)
+            cache.remember(key, facts, len(raw_args), _TOOL_ENTRY_BYTES + _TARGET_ENTRY_BYTES + strings)
+        if facts.role is not None:
+            step.tool_class, step.file_path, step.command = facts.role, facts.file_path, facts.command
+            step.content_hash, step.edit_old_hash, step.edit_new_hash = (
+                facts.content_hash, facts.edit_old_hash, facts.edit_new_hash)
+            step.edit_fragments = facts.edit_fragments
+        if (parsed is not None and step.outcome != "error" and step.result_flags & (BLANK | TERSE)
+                and len(raw_args) <= _TARGET_ARGS_CHARS):
+            target = facts.target
+            if target is None:
+                target = facts.target = call_target(parsed)
+            step.args_form, step.target = target
 
     def _classify(self, name: str, raw_args: str, parsed: dict[str, Any] | None, acknowledged: bool,
-                  returned: bool) -> tuple[Any, ...]:
+                  returned: bool) -> _CallFacts:
         """A tool call's role and facts (``otelloop.mapping.tools``): from its arguments and what its
         result is (an acknowledgement, something else), its name only where a known tool's."""
         if parsed is None and raw_args and raw_args.lstrip()[:1] not in ("{", "["):
@@ -460,14 +483,15 @@ class Mapper:
         else:
             info = self.tools.classify(name, parsed, acknowledged, returned)
         if info is None:
-            return _NOT_A_FILE_TOOL
+            return _CallFacts(None)
         content = hash_text(info.content) if info.content is not None else None
         edited = info.edit_old is not None or info.edit_new is not None
         limit = self.max_string_bytes
-        return (info.tool_class, None if info.file_path is None else cut(info.file_path, limit),
-                None if info.command is None else cut(info.command, limit), content,
-                hash_text(info.edit_old or "") if edited else None, hash_text(info.edit_new or "") if edited else None,
-                edit_fragments(info.edit_old, info.edit_new) if edited else NO_FRAGMENTS)
+        return _CallFacts(info.tool_class, None if info.file_path is None else cut(info.file_path, limit),
+                          None if info.command is None else cut(info.command, limit), content,
+                          hash_text(info.edit_old or "") if edited else None,
+                          hash_text(info.edit_new or "") if edited else None,
+                          edit_fragments(info.edit_old, info.edit_new) if edited else NO_FRAGMENTS)
 
 
 def _kind(span: dict[str, Any]) -> str | None:

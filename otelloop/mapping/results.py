@@ -89,8 +89,11 @@ _VOLATILE: tuple[tuple[re.Pattern[str], Any, re.Pattern[str] | None], ...] = (
 )
 #: A number after a key and a ``:`` or ``=``; a duration when the key names its time unit (``uptime_ms:
 #: 7341234``, ``latencyMs=12``: :func:`~otelloop.mapping.noise.time_unit_key`), as a JSON number under
-#: such a key is (``otelloop.mapping.canonical``).
-_KEYED_NUMBER = re.compile(r"([:=](?:(?<=[A-Za-z][:=])|(?<=[A-Za-z][\"'][:=]))[ \t]*)\d+(?:\.\d+)?(?![\w.])")
+#: such a key is (``otelloop.mapping.canonical``). Only a key whose last letter ends a time unit's name
+#: (``s``, ``c``, ``d``: ``ms``, ``usec``, ``millisecond``) can name one, so the number must follow one of
+#: those letters (or it and a closing quote): numbers after other keys (``line=12``, ``size: 80``) are
+#: not matches at all, instead of matches handed to :func:`_unit_keyed` to be put back as they were.
+_KEYED_NUMBER = re.compile(r"([:=](?:(?<=[sScCdD][:=])|(?<=[sScCdD][\"'][:=]))[ \t]*)\d+(?:\.\d+)?(?![\w.])")
 #: The key before a ``:`` or ``=``: a word of letters, digits, ``_``, ``-`` and ``.`` (and a closing quote).
 _KEY_BEFORE = re.compile(r"[A-Za-z][\w.-]{0,62}[\"']?$")
 
