@@ -17,10 +17,12 @@ session, dropping replays nobody waited for.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,3 +87,21 @@ def shutdown() -> None:
         _pool.shutdown(wait=True, cancel_futures=True)
         _pool = None
         _futures.clear()
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The workers stopped (``SIGSTOP``) while a test measures the machine itself — a probe's latency under
+    a burst, the server's CPU per span with and without readers — and continued after it: on two cores,
+    even a low-priority worker shares caches and cycles with the server measured. Replays queued are
+    only delayed; a test inside must not wait for one."""
+    workers = list(getattr(_pool, "_processes", None) or ())
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
