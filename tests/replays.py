@@ -30,6 +30,9 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import bench_quality
+import variants as V
+
+from otelloop.config import Config, load_config
 
 T = TypeVar("T")
 #: How much lower the workers' priority is than the test process's (``nice`` steps).
@@ -67,6 +70,28 @@ def _replay(variant: str) -> dict[str, list[bench_quality.RunResult]]:
     """In a worker: the benchmark's replay (looked up there, so a test that stands in for it in the test
     process changes nothing here)."""
     return bench_quality.evaluate_variant(variant)
+
+
+def variant_config(variant: str) -> Config:
+    """The configuration ``variant`` is measured with (the defaults, or what the variant sets)."""
+    spec = V.VARIANTS.get(variant)
+    return load_config(None, dict(spec.config) if spec else {}, env={})
+
+
+def variant_runs(variant: str) -> list[tuple[str, list[bytes]]]:
+    """Every run of the corpus and the held-out set as ``variant`` makes it: (``set/run id``, its export
+    requests), leaving out the runs the variant does not apply to."""
+    out = []
+    for corpus in (bench_quality.CORPUS, bench_quality.HOLDOUT):
+        for run in bench_quality.load_labels(corpus):
+            requests = bench_quality.read_requests(run, corpus)
+            if variant != "recorded":
+                made = V.apply(variant, run, requests)
+                if made is None:
+                    continue
+                run, requests = made
+            out.append((f"{corpus.name}/{run['id']}", requests))
+    return out
 
 
 def prefetch(variants: Iterable[str]) -> None:

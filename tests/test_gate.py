@@ -11,7 +11,6 @@ end every session must hold the same verdict, votes, scores and remembered evide
 from __future__ import annotations
 
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,9 @@ import replays
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_quality  # noqa: E402
 import variants as V  # noqa: E402
 
-from otelloop.config import Config, load_config  # noqa: E402
+from otelloop.config import Config  # noqa: E402
 from otelloop.detection import DetectorEngine  # noqa: E402
 from otelloop.detectors.entropy import EntropyDetector  # noqa: E402
 from otelloop.detectors.trajectory import TrajectoryDetector  # noqa: E402
@@ -40,7 +38,6 @@ GATE_VARIANTS = (
     "content-off", "redelivered", "redelivered-delayed", "trace-per-call", "trace-per-call-session",
     "retry-succeeds-8", "poll-succeeds-7", "batch-alike", "batch-empty",
 )
-SETS = (bench_quality.CORPUS, bench_quality.HOLDOUT)
 
 
 def _session_view(session: Session) -> tuple[Any, ...]:
@@ -77,32 +74,12 @@ def _replay(config: Config, requests: list[bytes], gate: bool) -> tuple[list[Any
     return out, {"sessions": sessions, "summaries": summaries}, calm_steps
 
 
-@cache
-def _config(variant: str) -> Config:
-    spec = V.VARIANTS.get(variant)
-    return load_config(None, dict(spec.config) if spec else {}, env={})
-
-
-def _runs(variant: str) -> list[tuple[str, list[bytes]]]:
-    out = []
-    for corpus in SETS:
-        for run in bench_quality.load_labels(corpus):
-            requests = bench_quality.read_requests(run, corpus)
-            if variant != "recorded":
-                made = V.apply(variant, run, requests)
-                if made is None:
-                    continue
-                run, requests = made
-            out.append((f"{corpus.name}/{run['id']}", requests))
-    return out
-
-
 def _compare(variant: str) -> None:
     """Every run of ``variant`` with the gate and without: raises AssertionError at the first difference.
     Runs in a worker process (replays.py), queued after collection; the test re-raises what it raised."""
-    config = _config(variant)
+    config = replays.variant_config(variant)
     calm_total = 0
-    for run_id, requests in _runs(variant):
+    for run_id, requests in replays.variant_runs(variant):
         gated, gated_end, calm = _replay(config, requests, gate=True)
         full, full_end, none = _replay(config, requests, gate=False)
         assert none == 0

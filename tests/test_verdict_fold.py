@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import replays
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_quality  # noqa: E402
-import variants as V  # noqa: E402
 
-from otelloop.config import Config, load_config  # noqa: E402
+from otelloop.config import Config  # noqa: E402
 from otelloop.pipeline import Pipeline  # noqa: E402
 from otelloop.state import Session  # noqa: E402
 from tests.helpers import DetectorRun, make_step  # noqa: E402
@@ -58,27 +57,12 @@ def _fold_every_vote(session: Session, votes: Mapping[str, tuple[str, str, str]]
 _shipped = Session.apply_votes
 
 
-def _runs(variant: str) -> list[tuple[str, list[bytes], Config]]:
-    spec = V.VARIANTS.get(variant)
-    config = load_config(None, dict(spec.config) if spec else {}, env={})
-    out = []
-    for corpus in (bench_quality.CORPUS, bench_quality.HOLDOUT):
-        for run in bench_quality.load_labels(corpus):
-            requests = bench_quality.read_requests(run, corpus)
-            if variant != "recorded":
-                made = V.apply(variant, run, requests)
-                if made is None:
-                    continue
-                run, requests = made
-            out.append((f"{corpus.name}/{run['id']}", requests, config))
-    return out
-
-
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_folding_only_changed_votes_changes_no_span_finding_or_verdict(variant: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     stopped = 0
-    for run_id, requests, config in _runs(variant):
+    config = replays.variant_config(variant)
+    for run_id, requests in replays.variant_runs(variant):
         shipped, shipped_end = _replay(config, requests)
         with monkeypatch.context() as patched:
             patched.setattr(Session, "apply_votes", _fold_every_vote)
