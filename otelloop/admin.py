@@ -448,7 +448,7 @@ class AdminAPI:
             "entropy_severity": _entropy_severity(s, views["entropy"]),
             "loop": _loop_badge(s, views["stall"], views["budget"]),
             "intervention": _summary_field(s, views["trajectory"], "intervention"),
-            "steps": s.steps, "unjudged_steps": s.unjudged, "cost_usd": round(s.cost_usd, 6),
+            "steps": s.steps, "unjudged_steps": s.unjudged, "held_steps": s.held, "cost_usd": round(s.cost_usd, 6),
             "input_tokens": s.input_tokens,
             "output_tokens": s.output_tokens, "last_seen_unix_nano": s.last_end_ns,
             "trace_id": s.id if views["by_trace"] or _is_trace_id(s.id) else (alert_trace or ""),

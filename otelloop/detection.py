@@ -14,6 +14,15 @@ judged, an LLM or agent step, any step of a watched session) runs every detector
 must leave the state and the context as ``observe`` would on that step, so the gate changes the cost,
 never a verdict, finding or attribute; ``gate=False`` runs ``observe`` everywhere, and
 ``tests/test_gate.py`` holds both to the same output on the corpora and their variants.
+
+**The hold** (docs/architecture.md#after-the-verdict). A session whose ``stop`` holds (only an operator's
+resume lifts it) can no longer change its verdict, whatever its steps show. A step of such a session that
+did not bring something new (a repeat: the loop going on; an LLM or agent step; a tool step with nothing
+to judge) is *held*: a detector that declares ``holds`` gets
+:meth:`~otelloop.detectors.base.Detector.hold` — what every span must carry, as it stands — instead of
+a judgement, and the session counts the step in ``Session.held``. A step that brings something new is
+calm as on any session, and a watched or paused session's steps are judged in full. ``hold=False``
+judges held steps too.
 """
 
 from __future__ import annotations
@@ -48,16 +57,19 @@ class DetectorEngine:
         on_error: called with the detector name when a detector raises (metrics).
         gate: let gated detectors only ``record`` calm steps (see above); False runs every detector in
             full on every step (the equal-output tests compare the two).
+        hold: let detectors that hold only ``hold`` a stopped session's repeats (see above); False judges
+            them (the gate off turns the hold off too).
         clock: monotonic clock for how long a session stays watched (injectable for tests).
     """
 
     def __init__(self, configs: Mapping[str, DetectorConfig] | None = None, only: Iterable[str] | None = None,
-                 on_error: Callable[[str], None] | None = None, gate: bool = True,
+                 on_error: Callable[[str], None] | None = None, gate: bool = True, hold: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._only = set(only) if only is not None else None
         self._on_error = on_error
         self._last_error_log: dict[str, float] = {}
         self.gate = gate
+        self.hold = hold
         self._clock = clock
         #: session id -> when its watch ends (monotonic), oldest first
         self._watched: dict[str, float] = {}
@@ -75,9 +87,12 @@ class DetectorEngine:
                 detectors.append(cls(cfg))
         self.detectors = detectors
         #: (what to call, the detector, place of its state in a session's state list) for a step run in
-        #: full and for a calm step, and the list length they need
+        #: full, for a calm step and for a held one, and the list length they need
         self._full = [(det.observe, det, slot(det.name)) for det in detectors]
         self._calm = [(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors]
+        #: (a detector that holds with the base class's ``hold``, which gives nothing, is left out)
+        self._held = [(det.hold if det.holds else det.observe, det, slot(det.name)) for det in detectors
+                      if not det.holds or type(det).hold is not Detector.hold]
         self._width = max((place + 1 for _, _, place in self._full), default=0)
 
     def overwritten_keys(self) -> frozenset[str]:
@@ -96,7 +111,9 @@ class DetectorEngine:
         states = session.states
         if len(states) < self._width:
             states.extend([None] * (self._width - len(states)))
-        plan = self._calm if self.calm(session, step) else self._full
+        plan = self._plan(session, step)
+        if plan is self._held:
+            session.held += 1
         for run, det, place in plan:
             try:
                 state = states[place]
@@ -113,6 +130,20 @@ class DetectorEngine:
             session.remember(finding, step)
         ctx.attributes["otelloop.verdict"] = session.verdict
         return ctx
+
+    def _plan(self, session: Session, step: Step) -> list[tuple[Callable[..., None], Detector, int]]:
+        """What each detector is called with on ``step``: the calm, held or full plan (see above)."""
+        if not self.gate or session.paused or self._watching(session.id):
+            return self._full
+        if step.novel:
+            return self._calm
+        return self._held if self.hold and session.stop_hold is not None else self._full
+
+    def held(self, session: Session, step: Step) -> bool:
+        """Whether detectors that hold only ``hold`` this step: the gate and the hold are on, the session's
+        stop holds, the step brought nothing new, and no operator watches the session."""
+        return (self.gate and self.hold and step.novel is not True and session.stop_hold is not None
+                and not session.paused and not self._watching(session.id))
 
     def calm(self, session: Session, step: Step) -> bool:
         """Whether gated detectors only ``record`` this step: the gate is on, the step brought something new

@@ -94,7 +94,7 @@ class Session:
         "id", "agent", "service", "environment", "first_start_ns", "last_end_ns", "last_seen", "steps", "cost_usd",
         "input_tokens", "output_tokens", "states", "votes", "stop_hold", "paused", "verdict", "reason",
         "message", "findings", "loop_score", "entropy_score", "recent", "history", "progress", "unjudged",
-        "seen", "acked_ms",
+        "seen", "acked_ms", "held",
     )
 
     def __init__(self, session_id: str, now: float) -> None:
@@ -143,6 +143,9 @@ class Session:
         #: when an operator last acknowledged the session's alerts (unix ms; 0: never): the alerts
         #: list leaves it out until a newer alerting finding
         self.acked_ms = 0
+        #: steps held since the session's stop held (``otelloop.detection``: repeats no detector judged;
+        #: 0 after a resume)
+        self.held = 0
 
     def state(self, detector: str) -> Any:
         """Detector ``detector``'s state for this session, or None before its first step."""
@@ -221,6 +224,7 @@ class Session:
         self.paused = False
         self.stop_hold = None
         self.votes = None
+        self.held = 0
         self.recompute()
 
 

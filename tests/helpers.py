@@ -25,14 +25,16 @@ def make_step(name: str = "search_web", kind: str = "tool", i: int = 0, session:
 class DetectorRun:
     """Feeds steps through the engine restricted to some detectors, like the pipeline does.
 
-    ``profile`` is ``detectors.profile``: ``default``, or ``seed`` for the strict rules.
+    ``profile`` is ``detectors.profile``: ``default``, or ``seed`` for the strict rules. ``hold``: hold a
+    stopped session's steps as the pipeline does (``otelloop.detection``); off by default, so that a
+    detector's tests see it judge every step, past a stop too.
     """
 
     profile = "default"
 
-    def __init__(self, *names: str, detectors: dict[str, Any] | None = None) -> None:
+    def __init__(self, *names: str, detectors: dict[str, Any] | None = None, hold: bool = False) -> None:
         cfg = build_config({"detectors": {"profile": self.profile, **(detectors or {})}}, env={})
-        self.engine = DetectorEngine(cfg.detectors, only=names)
+        self.engine = DetectorEngine(cfg.detectors, only=names, hold=hold)
         self.sessions: dict[str, Session] = {}
 
     def reconfigure(self, detectors: dict[str, Any]) -> None:

@@ -1,11 +1,15 @@
-"""The novelty gate changes the cost of detection, never its output (``otelloop.detection``).
+"""The novelty gate changes the cost of detection, never its output; the hold changes nothing a stopped
+session shows but what its repeats would have added (``otelloop.detection``).
 
 Every run of the corpus and the held-out set, as recorded and in a selection of the metamorphic variants
 (per-call noise, content off, redelivery, one trace per call, retries, polls and batches), goes through two
-pipelines: one with the gate (gated detectors only ``record`` a step that brought something new) and one
-without (every detector observes every step). Request by request they must forward the same bytes — so
-every span carries the same ``otelloop.*`` attributes and events — and report the same findings; at the
-end every session must hold the same verdict, votes, scores and remembered evidence.
+pipelines: one with the gate and the hold (gated detectors only ``record`` a step that brought something
+new; a stopped session's steps that bring nothing new are held) and one without either (every detector
+observes every step). Until a session's stop holds, request by request they must forward the same bytes
+— so every span carries the same ``otelloop.*`` attributes and events — and report the same findings; a
+session never stopped must match to its last request. After the stop every span must still carry the
+same ``otelloop.*`` keys and the verdict, and at the end every session must hold the same verdict, reason,
+message, verdict history and step counts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import variants as V  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
 from otelloop.config import Config  # noqa: E402
 from otelloop.detection import DetectorEngine  # noqa: E402
@@ -48,48 +53,83 @@ def _session_view(session: Session) -> tuple[Any, ...]:
             history, session.loop_score, session.entropy_score, session.steps, session.unjudged)
 
 
-def _replay(config: Config, requests: list[bytes], gate: bool) -> tuple[list[Any], dict[str, Any], int]:
-    """Per request: the bytes forwarded and the findings; the sessions at the end; steps taken as calm."""
+def _stopped_view(view: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a stopped session shows whatever the hold: verdict, reason, message, held stop, verdict
+    history, steps and unjudged steps (not the findings, votes or scores its held repeats leave out)."""
+    return (*view[:3], view[4], view[6], *view[9:])
+
+
+def _otelloop_attributes(data: bytes) -> list[tuple[list[str], Any]]:
+    """Per span of a forwarded request: its ``otelloop.*`` attribute keys and its verdict."""
+    request = ExportTraceServiceRequest.FromString(data)
+    out = []
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                attrs = {a.key: a.value for a in sp.attributes if a.key.startswith("otelloop.")}
+                out.append((sorted(attrs), attrs.get("otelloop.verdict")))
+    return out
+
+
+def _replay(config: Config, requests: list[bytes], gate: bool) -> tuple[list[Any], dict[str, Any], int, int]:
+    """Per request: the bytes forwarded, the findings and whether a session's stop held after it; the
+    sessions at the end; steps taken as calm, and as held."""
     pipeline = Pipeline(config)
     pipeline.store.idle_timeout = float("inf")
     pipeline.engine.gate = gate
     calm_steps = 0
-    judge = pipeline.engine.calm
+    engine = pipeline.engine
+    plan = engine._plan
 
-    def counted(session: Session, step: Step) -> bool:
+    def counted(session: Session, step: Step) -> Any:
         nonlocal calm_steps
-        calm = judge(session, step)
-        calm_steps += calm
-        return calm
+        chosen = plan(session, step)
+        calm_steps += chosen is engine._calm
+        return chosen
 
-    pipeline.engine.calm = counted  # type: ignore[method-assign]
+    engine._plan = counted  # type: ignore[method-assign]
     out = []
     for data in requests:
         processed = pipeline.process(pipeline.decode(data))
+        stopped = any(s.stop_hold is not None for s in pipeline.store)
         found = [(step.span_id, f.detector, f.event, f.severity, f.attributes, f.message)
                  for step, f in processed.findings]
-        out.append((processed.data, found))
+        out.append((processed.data, found, stopped))
     sessions = {s.id: _session_view(s) for s in pipeline.store}
     summaries = {s.id: pipeline.engine.summaries(s) for s in pipeline.store}
-    return out, {"sessions": sessions, "summaries": summaries}, calm_steps
+    held = sum(s.held for s in pipeline.store)
+    return out, {"sessions": sessions, "summaries": summaries}, calm_steps, held
 
 
 def _compare(variant: str) -> None:
     """Every run of ``variant`` with the gate and without: raises AssertionError at the first difference.
     Runs in a worker process (replays.py), queued after collection; the test re-raises what it raised."""
     config = replays.variant_config(variant)
-    calm_total = 0
+    calm_total = held_total = 0
     for run_id, requests in replays.variant_runs(variant):
-        gated, gated_end, calm = _replay(config, requests, gate=True)
-        full, full_end, none = _replay(config, requests, gate=False)
-        assert none == 0
+        gated, gated_end, calm, held = _replay(config, requests, gate=True)
+        full, full_end, none, no_hold = _replay(config, requests, gate=False)
+        assert none == 0 and no_hold == 0
         calm_total += calm
+        held_total += held
         for i, (a, b) in enumerate(zip(gated, full, strict=True)):
+            assert a[2] == b[2], f"{run_id} request {i}: a stop held with the gate on and not without"
+            if a[2]:  # from the stop on: the same keys and verdict on every span
+                assert _otelloop_attributes(a[0]) == _otelloop_attributes(b[0]), (
+                    f"{run_id} request {i}: a stopped session's spans differ in their otelloop keys")
+                continue
             assert a[1] == b[1], f"{run_id} request {i}: findings differ with the gate on"
             assert a[0] == b[0], f"{run_id} request {i}: forwarded spans differ with the gate on"
-        assert gated_end == full_end, f"{run_id}: sessions differ with the gate on"
+        if any(view[4] is not None for view in full_end["sessions"].values()):
+            ours = {k: _stopped_view(v) for k, v in gated_end["sessions"].items()}
+            theirs = {k: _stopped_view(v) for k, v in full_end["sessions"].items()}
+            assert ours == theirs, f"{run_id}: stopped sessions differ with the gate on"
+        else:
+            assert gated_end == full_end, f"{run_id}: sessions differ with the gate on"
     if variant not in ("content-off", "batch-empty"):  # there no step brings anything new to judge
         assert calm_total > 0, "the gate never let a step through calm: the comparison proves nothing"
+    if variant == "recorded":  # the corpus's stopped loops go on sending
+        assert held_total > 0, "no step was ever held: the comparison after the stop proves nothing"
 
 
 def replays_for(item: pytest.Item) -> None:
@@ -103,24 +143,33 @@ def test_the_gate_changes_no_span_finding_or_verdict(variant: str) -> None:
     replays.start(_compare, variant).result()
 
 
-def test_a_watched_session_is_never_calm() -> None:
-    """A paused session, or one whose detail an operator read, runs every detector in full."""
+def test_a_watched_session_is_never_calm_nor_held() -> None:
+    """A paused session, or one whose detail an operator read, runs every detector in full; only a stopped
+    session's steps that bring nothing new are held."""
     now = [0.0]
     engine = DetectorEngine(clock=lambda: now[0])
     session = Session("s", 0.0)
     step = Step("s", "tool", "read_file", novel=True)
+    repeat, chat = Step("s", "tool", "read_file", novel=False), Step("s", "llm", "chat")
     assert engine.calm(session, step)
-    assert not engine.calm(session, Step("s", "tool", "read_file", novel=False))
-    assert not engine.calm(session, Step("s", "llm", "chat"))
+    assert not engine.calm(session, repeat)
+    assert not engine.calm(session, chat)
+    assert not any(engine.held(session, s) for s in (step, repeat, chat))  # not stopped
+    session.apply_votes({"trajectory": ("stop", "loop", "stop it")})
+    assert engine.held(session, repeat) and engine.held(session, chat) and not engine.held(session, step)
     engine.summaries(session)  # the sessions API's detail page
-    assert not engine.calm(session, step)
+    assert not engine.calm(session, step) and not engine.held(session, repeat)
     now[0] += 301.0
-    assert engine.calm(session, step)
+    assert engine.calm(session, step) and engine.held(session, repeat)
     session.pause()
-    assert not engine.calm(session, step)
+    assert not engine.calm(session, step) and not engine.held(session, repeat)
     session.resume()
-    engine.gate = False
-    assert not engine.calm(session, step)
+    assert not engine.held(session, repeat)  # the stop no longer holds
+    session.apply_votes({"trajectory": ("stop", "loop", "stop it")})
+    engine.hold = False
+    assert not engine.held(session, repeat) and engine.calm(session, step)
+    engine.hold, engine.gate = True, False
+    assert not engine.calm(session, step) and not engine.held(session, repeat)
 
 
 def _read(i: int, output: int) -> Step:
@@ -128,44 +177,48 @@ def _read(i: int, output: int) -> Step:
                      args_text='{"path": "a.py"}', output_text=f"content {output}")
 
 
-def test_a_stopped_session_that_keeps_sending_keeps_its_verdict_and_evidence_current(
+def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """After the stop, the verdict holds, a finding reported again counts up, and a step that brings
-    something new is only recorded by the gated detectors, stopped session or not."""
+    """After the stop, the verdict holds and the session's repeats are held: no detector judges them, their
+    spans carry the scores and levels as they stand, and the session counts them. A step that brings
+    something new is only recorded by the gated detectors; after a resume every step is judged again."""
     judged: list[str] = []
     for cls in (TrajectoryDetector, EntropyDetector):
-        full = cls.observe
+        for method in ("observe", "record"):
+            original = getattr(cls, method)
 
-        def observe(self: Any, state: Any, step: Step, ctx: Any, full: Any = full) -> None:
-            judged.append(self.name)
-            full(self, state, step, ctx)
+            def spy(self: Any, state: Any, step: Step, ctx: Any, original: Any = original,
+                    method: str = method) -> None:
+                judged.append(f"{self.name}.{method}")
+                original(self, state, step, ctx)
 
-        monkeypatch.setattr(cls, "observe", observe)
-    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory")
+            monkeypatch.setattr(cls, method, spy)
+    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", hold=True)
     session = run.session()
     i = 0
     while session.verdict != "stop":
-        run.step(_read(i, 99))
+        ctx = run.step(_read(i, 99))
         i += 1
         assert i < 10, "the read loop was never stopped"
-    stopped_by, message = session.reason, session.message
-
-    def count(event: str) -> int:
-        return next((f[5] for f in session.findings if f[1] == event), 0)
-
-    before = count("otelloop.entropy_alert")
+    stopped_by, message, findings = session.reason, session.message, session.findings
+    at_stop = {k: ctx.attributes[k] for k in ("otelloop.loop_score", "otelloop.intervention",
+                                             "otelloop.entropy_score", "otelloop.entropy_severity")}
+    judged.clear()
     for k in range(5):
         ctx = run.step(_read(i + k, 99))
-        assert ctx.attributes["otelloop.verdict"] == "stop"
-        assert count("otelloop.entropy_alert") == before + k + 1  # "reported N times" stays current
-    assert (session.verdict, session.reason, session.message) == ("stop", stopped_by, message)
-    judged.clear()
-    for k in range(5):  # new content each time: calm steps, recorded only
-        step = _read(i + 5 + k, 1000 + k)
+        assert ctx.attributes == {**at_stop, "otelloop.verdict": "stop"} and not ctx.findings
+    chat = run.step(Step("s1", "llm", "chat", start_ns=(i + 5) * 10**9))
+    assert chat.attributes["otelloop.verdict"] == "stop" and "otelloop.loop_score" not in chat.attributes
+    assert judged == [] and session.held == 6
+    assert (session.verdict, session.reason, session.message, session.findings) == (
+        "stop", stopped_by, message, findings)
+    for k in range(3):  # new content each time: calm steps, recorded only
+        step = _read(i + 6 + k, 1000 + k)
         ctx = run.step(step)
         assert step.novel is True and run.engine.calm(session, step)
         assert ctx.attributes["otelloop.verdict"] == "stop"
-    assert judged == []
-    assert session.verdict == "stop" and session.reason == stopped_by
-    run.step(_read(i + 10, 99))  # a repeat again: judged in full
-    assert judged == ["entropy", "trajectory"]
+    assert judged == ["entropy.record", "trajectory.record"] * 3 and session.held == 6
+    session.resume()
+    judged.clear()
+    run.step(_read(i + 9, 99))  # a repeat of a resumed session: judged in full
+    assert judged == ["entropy.observe", "trajectory.observe"] and session.held == 0

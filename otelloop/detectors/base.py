@@ -13,6 +13,12 @@ the engine calls instead of ``observe`` on a *calm* step — a tool step that br
 (``Step.novel`` True) in a session no operator watches. ``record`` keeps the bookkeeping later
 judgements need and reports what ``observe`` would report on such a step, so the gate never changes a
 verdict; it skips the judgement a step that brought something new cannot need.
+
+A detector may also declare ``holds = True`` and implement ``hold(state, step, ctx)``, which the engine
+calls instead of ``observe`` on a *held* step: a step that brought nothing new (``Step.novel`` not True: a
+repeat, an LLM or agent step) of a session whose ``stop`` holds until an operator resumes it. No judgement
+can change such a session's verdict, so ``hold`` only gives the span what it must carry, as it stands (a
+score, a level), and leaves the state as it is: the held steps are not counted by the detector.
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ class Detector(ABC):
     #: Whether the engine calls :meth:`record` instead of :meth:`observe` on a calm step (see above).
     #: Default: False, so a detector that does not know the gate is observed on every step.
     gated: ClassVar[bool] = False
+    #: Whether the engine calls :meth:`hold` instead of :meth:`observe` on a held step (see above).
+    #: Default: False, so a detector that does not know the hold is observed on every step.
+    holds: ClassVar[bool] = False
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
@@ -117,6 +126,12 @@ class Detector(ABC):
         detector: update ``state`` and report through ``ctx`` exactly as :meth:`observe` would on it,
         leaving out only the work whose result such a step cannot change. Default: :meth:`observe`."""
         self.observe(state, step, ctx)
+
+    def hold(self, state: Any, step: Step, ctx: StepContext) -> None:
+        """Give a held step (one that brought nothing new, in a session whose stop holds) what its span
+        must carry, as it stands, without judging it or changing ``state``. Default: nothing (the span
+        carries nothing of this detector's; the engine then leaves the detector out of held steps)."""
+        return None
 
     def overwritten_keys(self) -> frozenset[str]:
         """Span attribute keys this detector may pass to ``ctx.overwrite_attribute``. Default: none.

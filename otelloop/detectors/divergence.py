@@ -92,6 +92,8 @@ class DivergenceDetector(Detector):
     """
 
     name: ClassVar[str] = "divergence"
+    #: A stopped session's repeats are not counted: its verdict is already the most severe.
+    holds: ClassVar[bool] = True
     Config: ClassVar[type[DetectorConfig]] = DivergenceConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False,
                                                               "thresholds": SEED_THRESHOLDS}}

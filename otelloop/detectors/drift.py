@@ -149,6 +149,8 @@ class DriftDetector(Detector):
     """
 
     name: ClassVar[str] = "drift"
+    #: A stopped session's repeats are not counted: its verdict is already the most severe.
+    holds: ClassVar[bool] = True
     Config: ClassVar[type[DetectorConfig]] = DriftConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False, "stop_counts": {}}}
     config: DriftConfig

@@ -150,6 +150,12 @@ class EntropyDetector(Detector):
         state.window = (*state.window, (step.intent, step.name, step.outcome, _result(step)))[-cfg.window:]
         self._conclude(state, True, ctx)
 
+    holds: ClassVar[bool] = True
+
+    def hold(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
+        """A stopped session's repeat: the score and severity as they stand, as on a step not counted."""
+        self._conclude(state, False, ctx)
+
     def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
         """Score the window, set the span's score and severity, and alert or vote on a counted step."""
         cfg = self.config

@@ -62,6 +62,9 @@ class RateDetector(Detector):
     """
 
     name: ClassVar[str] = "rate"
+    #: A stopped session's repeats are not counted against its budgets: its verdict is already the
+    #: most severe (its spend still counts in the session's totals and metrics).
+    holds: ClassVar[bool] = True
     Config: ClassVar[type[DetectorConfig]] = RateConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"min_elapsed": 0.001, "min_steps": 1}}
     config: RateConfig

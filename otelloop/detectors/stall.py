@@ -239,6 +239,8 @@ class StallDetector(Detector):
     """
 
     name: ClassVar[str] = "stall"
+    #: A stopped session's held steps are not counted in its turns.
+    holds: ClassVar[bool] = True
     Config: ClassVar[type[DetectorConfig]] = StallConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "seed": {"progress_aware": False, "budgets": "strict", "repeated_output_threshold": 3}}
@@ -277,6 +279,18 @@ class StallDetector(Detector):
             ctx.set_attribute("otelloop.loop_iteration", cycle.iteration)
         for halt in halts:
             self._report(state, node, cycle, halt, ctx)
+
+    def hold(self, state: StallState, step: Step, ctx: StepContext) -> None:
+        """A stopped session's held turn: its node's cycle and iteration as they stand (the turn is not
+        counted)."""
+        graph = state.graph
+        if step.kind != "system" or graph is None:
+            return
+        node = graph.nodes.get(step.node or step.name)
+        cycle = None if node is None else graph.cycles.get(node.id)
+        if cycle is not None:
+            ctx.set_attribute("otelloop.cycle_id", cycle.id)
+            ctx.set_attribute("otelloop.loop_iteration", cycle.iteration)
 
     def _new_turn(self, state: StallState, graph: Graph, name: str, step: Step) -> NodeStats | None:
         """Count a turn of ``name``: transition, iteration, spend and signals. None when untracked."""

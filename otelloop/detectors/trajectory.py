@@ -258,6 +258,18 @@ class TrajectoryDetector(Detector):
         state.history = (*state.history, entry)[-cfg.history:]
         self._conclude(state, {}, step, ctx)
 
+    holds: ClassVar[bool] = True
+
+    def hold(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
+        """A stopped session's repeat: the score and level as they stand (a step :meth:`observe` leaves
+        out, a transient failure within its retry allowance, carries none here either)."""
+        cfg = self.config
+        if step.kind != "tool" or (cfg.progress_aware and retrying(step, cfg.transient_retries)):
+            return
+        attributes = ctx.attributes
+        attributes["otelloop.loop_score"] = state.score
+        attributes["otelloop.intervention"] = state.level
+
     def _conclude(self, state: TrajectoryState, signals: dict[str, _Signal], step: Step, ctx: StepContext) -> None:
         """Score the step's signals, set the span's score and level, report a rise and vote."""
         cfg = self.config
