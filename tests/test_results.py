@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelloop.mapping import results
+from otelloop.mapping import canonical, results
 from otelloop.mapping.canonical import Canonicalizer
 from otelloop.mapping.results import ACK, BLANK, FAILED, normalise_result, result_flags
 
@@ -132,6 +132,25 @@ def test_the_volatile_patterns_match_exactly_where_their_plain_forms_do(text: st
 def test_the_volatile_patterns_agree_with_their_plain_forms_at_word_edges(text: str) -> None:
     for (fast, _, _), plain in zip(results._VOLATILE, _PLAIN_VOLATILE, strict=True):
         assert [m.span() for m in fast.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
+
+
+#: A text's candidate counter (``canonical._TEXT_NUMBER``) as plainly written: the reference of its faster form.
+_PLAIN_TEXT_NUMBER = r"(?<![\w.,/%<>-])[1-9]\d{2,}(?![\w.,/%<>])"
+_NUMBERY = st.text(alphabet=st.sampled_from(list("0123456789 \n.,/%<>-_aZé٣")), max_size=60)
+
+
+@given(st.lists(_NUMBERY, min_size=1, max_size=4).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_the_text_counter_pattern_matches_exactly_where_its_plain_form_does(text: str) -> None:
+    assert ([m.span() for m in canonical._TEXT_NUMBER.finditer(text)]
+            == [m.span() for m in re.finditer(_PLAIN_TEXT_NUMBER, text)])
+
+
+@pytest.mark.parametrize("text", ["123", "x123", "1234", "a 123 b", ".123", "-123", "0123", "٣123", "<n>123",
+                                  "123%", "v1.234", "12 345", "\n456\n", "%999"])
+def test_the_text_counter_pattern_agrees_with_its_plain_form_at_edges(text: str) -> None:
+    assert ([m.span() for m in canonical._TEXT_NUMBER.finditer(text)]
+            == [m.span() for m in re.finditer(_PLAIN_TEXT_NUMBER, text)])
 
 
 @given(st.lists(_EDGY, min_size=1, max_size=4).map("".join))

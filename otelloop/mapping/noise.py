@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Set as AbstractSet
 
 #: Shortest token (after its alphabetic prefix) that can be a random identifier: 12 random characters of
 #: base 16 already hold 48 bits; shorter mixed tokens (``x86_64``, ``utf8mb4``, ``sha256``) are names.
@@ -289,6 +290,10 @@ def _bounded_add(keys: list[int], key: int) -> bool:
     return True
 
 
+#: The keys learned when none is: shared, never modified (callers only test membership and emptiness).
+_NOTHING: frozenset[int] = frozenset()
+
+
 class ClockTable:
     """Per session, per recent tool (at most :data:`MAX_CLOCK_TOOLS`): the numbers of its results that are
     per-call noise without saying so by their shape, learned online (see :meth:`observe`)."""
@@ -300,7 +305,7 @@ class ClockTable:
         self.seq = 0  # results observed in the session (of tools with candidate counters)
 
     def observe(self, tool: int, call: int, start_ns: int, numbers: tuple[int, ...], free: int,
-                output: int) -> tuple[set[int], ToolClock | None]:
+                output: int) -> tuple[AbstractSet[int], ToolClock | None]:
         """Record a tool's result; the keys of its numbers that are noise, and the tool's previous result
         when a key was learned just now (so that it can be judged again, masked the same way).
 
@@ -324,7 +329,8 @@ class ClockTable:
             entry = ToolClock(tool)
             if len(self.tools) >= MAX_CLOCK_TOOLS:
                 del self.tools[0]
-        previous = {entry.numbers[i]: entry.numbers[i + 1] for i in range(0, len(entry.numbers), 2)}
+        old_numbers = entry.numbers
+        previous = dict(zip(old_numbers[::2], old_numbers[1::2], strict=True)) if old_numbers else {}
         elapsed = start_ns - entry.start_ns
         alike = call == entry.call and free == entry.free
         self.seq += 1
@@ -332,7 +338,7 @@ class ClockTable:
         signs: dict[int, int] = {}
         ticks: dict[int, int] = {}
         fresh = False
-        for i in range(0, len(numbers), 2):
+        for i in range(0, len(numbers) if previous else 0, 2):  # a tool's first result: nothing to compare
             key, value = numbers[i], numbers[i + 1]
             old = previous.get(key)
             if old is None:
@@ -361,6 +367,8 @@ class ClockTable:
         entry.call, entry.start_ns, entry.numbers, entry.free, entry.output = call, start_ns, numbers, free, output
         entry.seq = self.seq
         self.tools.append(entry)
+        if not (entry.clocks or entry.jitter or any(map(_counting, ticks.values()))):
+            return _NOTHING, before  # most tools' numbers: nothing learned
         return {k for k in numbers[::2] if k in entry.clocks or k in entry.jitter or _counting(ticks.get(k, 0))}, before
 
     @staticmethod
@@ -382,7 +390,7 @@ def _counting(row: int) -> bool:
     return abs(row) >= CALL_COUNT_AFTER
 
 
-def without_clocks(free: int, numbers: tuple[int, ...], clocks: set[int]) -> tuple[int, ...]:
+def without_clocks(free: int, numbers: tuple[int, ...], clocks: AbstractSet[int]) -> tuple[int, ...]:
     """What identifies a result with its clock values left out: the hash of the result without its
     candidate counters, then the counters that are not clocks (key, value, …)."""
     kept = [n for i in range(0, len(numbers), 2) if numbers[i] not in clocks for n in numbers[i:i + 2]]
