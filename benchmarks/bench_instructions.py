@@ -1,14 +1,24 @@
-"""Instructions per span of the whole server, counted by callgrind: a figure this machine's noise does not touch.
+"""Instructions per span, counted by callgrind: a figure this machine's noise does not touch.
 
 ``otelloop serve`` (every thread) runs under ``valgrind --tool=callgrind`` with every detector on, behind
-a counting sink. The benchmark's requests (``workload.py``, 64 distinct ones cycled) are sent one by
-one, first ``--short`` of them and then, in a second server, ``--long``; the difference of the two
-totals divided by the spans it covers is what a span costs in steady state (start-up and warm-up
-cancel out). Run it from the tree to measure; compare builds by running each from its own directory.
+a counting sink. The workload's requests (``workload.py``: ``looping``, 64 distinct ones cycled, each
+sent with new span ids; ``realistic``, the pool's 64 requests renewed every pass) are sent one by one,
+first ``--short`` of them and then, in a second server, ``--long``; the difference of the two totals
+divided by the spans it covers is what a span costs in steady state (start-up and warm-up cancel out).
 
-    python benchmarks/bench_instructions.py [--short 64] [--long 192]
+``--in-process`` counts ``Pipeline.decode``, ``process`` and the enriched bytes in one process instead
+(no server, no gRPC): 8 requests to warm up, then ``--short`` and, in a second run, ``--long`` more,
+with every detector on (``--modes all``), off (``none``) or both.
 
-Under callgrind the server is about 50 times slower: the defaults take about five minutes.
+Compare builds with ``--tree DIR``: the source tree whose ``otelloop`` runs (built in place with
+``python setup.py build_ext --inplace``); the workload is always this tree's.
+
+    python benchmarks/bench_instructions.py [--workload looping|realistic] [--short 64] [--long 192]
+    python benchmarks/bench_instructions.py --in-process [--workload realistic] [--modes none,all]
+        [--short 4] [--long 20] [--tree DIR]
+
+Under callgrind the code is about 50 times slower: the defaults take about five minutes on the looping
+workload, about fifteen on the realistic one (in process, about four minutes a mode).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -26,14 +37,26 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from workload import build_batch
+from bench_client import span_id_offsets, with_fresh_ids
+from workload import looping_batches, realistic_pool, renew, token_of
 
 HERE = Path(__file__).parent
 SPANS = 512
 
 
-def count(requests: list[bytes], n: int, tmp: Path) -> int:
-    """Instructions callgrind counts for a server that starts, takes ``n`` requests and stops."""
+def workload_requests(workload: str, n: int) -> list[bytes]:
+    """The first ``n`` requests the workload sends, each new (fresh span ids, or the pool renewed)."""
+    if workload == "looping":
+        batches = looping_batches()
+        offsets = [span_id_offsets(data) for data in batches]
+        return [with_fresh_ids(batches[i % len(batches)], offsets[i % len(batches)]) for i in range(n)]
+    pool = realistic_pool()
+    size = len(pool.batches)
+    return [renew(pool.batches[i % size], token_of(7, i // size + 1), token_of(7, i // size)) for i in range(n)]
+
+
+def count(requests: list[bytes], n: int, tmp: Path, tree: Path) -> int:
+    """Instructions callgrind counts for a server (``tree``'s) that starts, takes ``n`` requests and stops."""
     import grpc
     import yaml
 
@@ -49,7 +72,7 @@ def count(requests: list[bytes], n: int, tmp: Path) -> int:
              os.path.realpath(sys.executable), "-m", "otelloop", "serve", "--config", str(config),
              "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
              "--ready-file", str(ready)],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"})
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"}, cwd=tree)
         try:
             deadline = time.monotonic() + 900
             while not ready.exists():
@@ -58,8 +81,8 @@ def count(requests: list[bytes], n: int, tmp: Path) -> int:
                 time.sleep(0.5)
             with grpc.insecure_channel(json.loads(ready.read_text())["grpc"]) as channel:
                 export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
-                for i in range(n):
-                    export(requests[i % len(requests)], timeout=600)
+                for data in requests[:n]:
+                    export(data, timeout=600)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(900)
@@ -71,19 +94,79 @@ def count(requests: list[bytes], n: int, tmp: Path) -> int:
     return int(totals[-1])
 
 
+#: The in-process run: the requests pickled in argv[3] (``_WARM`` + ``n`` of them), the source tree in
+#: argv[4] (argv: n, mode, requests, tree).
+_IN_PROCESS = """
+import pickle, sys
+sys.path.insert(0, sys.argv[4])
+from otelloop.config import build_config
+from otelloop.pipeline import Pipeline
+n, mode = int(sys.argv[1]), sys.argv[2]
+with open(sys.argv[3], "rb") as f:
+    requests = pickle.load(f)
+config = {"state": {"idle_timeout": "1h"}}
+if mode == "none":
+    config["detectors"] = {d: {"enabled": False} for d in
+                           ("divergence", "rate", "drift", "entropy", "stall", "trajectory")}
+pipeline = Pipeline(build_config(config, env={}))
+for data in requests[:len(requests) - n]:
+    pipeline.process(pipeline.decode(data)).data
+for data in requests[len(requests) - n:]:
+    pipeline.process(pipeline.decode(data)).data
+"""
+#: Requests of the in-process run used to warm up (counted in both runs, so cancelled out).
+_WARM = 8
+
+
+def count_in_process(requests: list[bytes], n: int, mode: str, tree: Path, tmp: Path) -> int:
+    """Instructions callgrind counts for the in-process run of ``n`` requests after :data:`_WARM`, of the
+    ``otelloop`` package in source tree ``tree`` (hash seed fixed)."""
+    pickled = tmp / f"requests-{n}.pickle"
+    pickled.write_bytes(pickle.dumps(requests[:_WARM + n]))
+    log = tmp / f"in-process-{mode}-{n}.log"
+    with log.open("w") as err:
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp / f'in-process-{mode}-{n}.out'}",
+             os.path.realpath(sys.executable), "-c", _IN_PROCESS, str(n), mode, str(pickled), str(tree)],
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True)
+    totals = re.findall(r"Collected : (\d+)", log.read_text())
+    if not totals:
+        raise RuntimeError(f"callgrind reported no total (see {log})")
+    return int(totals[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--short", type=int, default=64, help="requests sent to the first server")
-    ap.add_argument("--long", type=int, default=192, help="requests sent to the second server")
+    ap.add_argument("--workload", choices=["looping", "realistic"], default=None,
+                    help="looping (default of the server) or realistic (default in process)")
+    ap.add_argument("--short", type=int, default=None, help="requests of the first run (64; in process 4)")
+    ap.add_argument("--long", type=int, default=None, help="requests of the second run (192; in process 20)")
+    ap.add_argument("--in-process", action="store_true", help="count the pipeline in process (see above)")
+    ap.add_argument("--modes", default="all", help="in process: all, none or none,all")
+    ap.add_argument("--tree", type=Path, default=HERE.parent,
+                    help="the source tree whose otelloop is counted (built in place; default: this one)")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is needed: apt-get install valgrind")
-    requests = [build_batch(SPANS, 16, seed=i, session_base=i * 16) for i in range(64)]
+    tree = args.tree.resolve()
+    if args.in_process:
+        workload, short_n, long_n = args.workload or "realistic", args.short or 4, args.long or 20
+        requests = workload_requests(workload, _WARM + long_n)
+        spans = (long_n - short_n) * SPANS
+        with tempfile.TemporaryDirectory() as d:
+            for mode in args.modes.split(","):
+                short = count_in_process(requests, short_n, mode, tree, Path(d))
+                long = count_in_process(requests, long_n, mode, tree, Path(d))
+                print(f"in process, {workload}, detectors {mode}: {(long - short) / spans:,.0f} instructions per "
+                      f"span over {spans:,} spans (after {_WARM} requests)")
+        return
+    workload, short_n, long_n = args.workload or "looping", args.short or 64, args.long or 192
+    requests = workload_requests(workload, long_n)
     with tempfile.TemporaryDirectory() as d:
-        short = count(requests, args.short, Path(d))
-        long = count(requests, args.long, Path(d))
-    spans = (args.long - args.short) * SPANS
-    print(f"{args.short} requests: {short:,} instructions; {args.long} requests: {long:,}; "
+        short = count(requests, short_n, Path(d), tree)
+        long = count(requests, long_n, Path(d), tree)
+    spans = (long_n - short_n) * SPANS
+    print(f"{workload}: {short_n} requests: {short:,} instructions; {long_n} requests: {long:,}; "
           f"{(long - short) / spans:,.0f} instructions per span over the last {spans:,} spans")
 
 
