@@ -380,11 +380,17 @@ class StateConfig(_Section):
             id, else its trace id; no joining by trace).
         max_sessions: live sessions kept; beyond it the least recently seen is evicted.
         idle_timeout: a session unseen for this long is dropped.
+        hold_stopped_sessions: false: a stopped session's steps are judged like any other's, so every
+            later finding (another detector's halt, a further intervention) is kept as evidence; true: a
+            stopped session's steps that bring nothing new are held (no detector judges them, their spans
+            carry the scores as they stood, no finding is raised on them, the sessions API counts them in
+            ``held_steps``), which costs an agent that ignores its stop a fraction of the CPU.
     """
 
     group_by: Literal["auto", "trace", "session"] = "auto"
     max_sessions: int = Field(100_000, ge=1)
     idle_timeout: PositiveDuration = 1800.0
+    hold_stopped_sessions: bool = False
 
 
 class ModelPrice(_Section):

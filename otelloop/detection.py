@@ -21,8 +21,9 @@ did not bring something new (a repeat: the loop going on; an LLM or agent step; 
 to judge) is *held*: a detector that declares ``holds`` gets
 :meth:`~otelloop.detectors.base.Detector.hold` — what every span must carry, as it stands — instead of
 a judgement, and the session counts the step in ``Session.held``. A step that brings something new is
-calm as on any session, and a watched or paused session's steps are judged in full. ``hold=False``
-judges held steps too.
+calm as on any session, and a watched or paused session's steps are judged in full. The hold is off
+unless ``state.hold_stopped_sessions`` is set: held steps raise no finding, and by default a stopped
+session keeps every later finding as evidence.
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ class DetectorEngine:
         on_error: called with the detector name when a detector raises (metrics).
         gate: let gated detectors only ``record`` calm steps (see above); False runs every detector in
             full on every step (the equal-output tests compare the two).
-        hold: let detectors that hold only ``hold`` a stopped session's repeats (see above); False judges
-            them (the gate off turns the hold off too).
+        hold: let detectors that hold only ``hold`` a stopped session's steps that bring nothing new
+            (see above; ``state.hold_stopped_sessions``); False (the default) judges them (the gate off
+            turns the hold off too).
         clock: monotonic clock for how long a session stays watched (injectable for tests).
     """
 
     def __init__(self, configs: Mapping[str, DetectorConfig] | None = None, only: Iterable[str] | None = None,
-                 on_error: Callable[[str], None] | None = None, gate: bool = True, hold: bool = True,
+                 on_error: Callable[[str], None] | None = None, gate: bool = True, hold: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._only = set(only) if only is not None else None
         self._on_error = on_error

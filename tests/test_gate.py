@@ -1,15 +1,18 @@
-"""The novelty gate changes the cost of detection, never its output; the hold changes nothing a stopped
-session shows but what its repeats would have added (``otelloop.detection``).
+"""The novelty gate changes the cost of detection, never its output; the hold
+(``state.hold_stopped_sessions``) changes nothing a stopped session shows but what its held steps would
+have added (``otelloop.detection``).
 
 Every run of the corpus and the held-out set, as recorded and in a selection of the metamorphic variants
 (per-call noise, content off, redelivery, one trace per call, retries, polls and batches), goes through two
-pipelines: one with the gate and the hold (gated detectors only ``record`` a step that brought something
-new; a stopped session's steps that bring nothing new are held) and one without either (every detector
-observes every step). Until a session's stop holds, request by request they must forward the same bytes
-— so every span carries the same ``otelloop.*`` attributes and events — and report the same findings; a
-session never stopped must match to its last request. After the stop every span must still carry the
-same ``otelloop.*`` keys and the verdict, and at the end every session must hold the same verdict, reason,
-message, verdict history and step counts.
+pipelines: one with the gate (gated detectors only ``record`` a step that brought something new) and one
+without (every detector observes every step). Request by request they must forward the same bytes — so
+every span carries the same ``otelloop.*`` attributes and events — and report the same findings; at the
+end every session must hold the same verdict, votes, scores and remembered evidence.
+
+With the hold on as well (a stopped session's steps that bring nothing new are held), the recordings and
+three variants must match the same way until a session's stop holds; after it every span must still
+carry the same ``otelloop.*`` keys and the verdict, and at the end every session must hold the same
+verdict, reason, message, verdict history and step counts.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import variants as V  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
-from otelloop.config import Config  # noqa: E402
+from otelloop.config import Config, build_config  # noqa: E402
 from otelloop.detection import DetectorEngine  # noqa: E402
 from otelloop.detectors.entropy import EntropyDetector  # noqa: E402
 from otelloop.detectors.trajectory import TrajectoryDetector  # noqa: E402
@@ -71,12 +74,14 @@ def _otelloop_attributes(data: bytes) -> list[tuple[list[str], Any]]:
     return out
 
 
-def _replay(config: Config, requests: list[bytes], gate: bool) -> tuple[list[Any], dict[str, Any], int, int]:
+def _replay(config: Config, requests: list[bytes], gate: bool,
+            hold: bool = False) -> tuple[list[Any], dict[str, Any], int, int]:
     """Per request: the bytes forwarded, the findings and whether a session's stop held after it; the
     sessions at the end; steps taken as calm, and as held."""
     pipeline = Pipeline(config)
     pipeline.store.idle_timeout = float("inf")
     pipeline.engine.gate = gate
+    pipeline.engine.hold = hold
     calm_steps = 0
     engine = pipeline.engine
     plan = engine._plan
@@ -102,40 +107,64 @@ def _replay(config: Config, requests: list[bytes], gate: bool) -> tuple[list[Any
 
 
 def _compare(variant: str) -> None:
-    """Every run of ``variant`` with the gate and without: raises AssertionError at the first difference.
-    Runs in a worker process (replays.py), queued after collection; the test re-raises what it raised."""
+    """Every run of ``variant`` with the gate (the default: no hold) and without: raises AssertionError at
+    the first difference. Runs in a worker process (replays.py), queued after collection; the test
+    re-raises what it raised."""
     config = replays.variant_config(variant)
-    calm_total = held_total = 0
+    calm_total = 0
     for run_id, requests in replays.variant_runs(variant):
         gated, gated_end, calm, held = _replay(config, requests, gate=True)
-        full, full_end, none, no_hold = _replay(config, requests, gate=False)
-        assert none == 0 and no_hold == 0
+        full, full_end, none, _ = _replay(config, requests, gate=False)
+        assert none == 0 and held == 0
         calm_total += calm
+        for i, (a, b) in enumerate(zip(gated, full, strict=True)):
+            assert a[1] == b[1], f"{run_id} request {i}: findings differ with the gate on"
+            assert a[0] == b[0], f"{run_id} request {i}: forwarded spans differ with the gate on"
+        assert gated_end == full_end, f"{run_id}: sessions differ with the gate on"
+    if variant not in ("content-off", "batch-empty"):  # there no step brings anything new to judge
+        assert calm_total > 0, "the gate never let a step through calm: the comparison proves nothing"
+
+
+def _compare_held(variant: str) -> None:
+    """Every run of ``variant`` with the gate and the hold (``state.hold_stopped_sessions``) and with
+    neither: equal until a stop holds, the same keys and verdict on every span after it, the same
+    verdict, reason, message, history and step counts at the end (see the module docstring)."""
+    config = replays.variant_config(variant)
+    held_total = 0
+    for run_id, requests in replays.variant_runs(variant):
+        gated, gated_end, _, held = _replay(config, requests, gate=True, hold=True)
+        full, full_end, _, none = _replay(config, requests, gate=False, hold=True)
+        assert none == 0
         held_total += held
         for i, (a, b) in enumerate(zip(gated, full, strict=True)):
-            assert a[2] == b[2], f"{run_id} request {i}: a stop held with the gate on and not without"
+            assert a[2] == b[2], f"{run_id} request {i}: a stop held with the hold on and not without"
             if a[2]:  # from the stop on: the same keys and verdict on every span
                 assert _otelloop_attributes(a[0]) == _otelloop_attributes(b[0]), (
                     f"{run_id} request {i}: a stopped session's spans differ in their otelloop keys")
                 continue
-            assert a[1] == b[1], f"{run_id} request {i}: findings differ with the gate on"
-            assert a[0] == b[0], f"{run_id} request {i}: forwarded spans differ with the gate on"
+            assert a[1] == b[1], f"{run_id} request {i}: findings differ with the hold on"
+            assert a[0] == b[0], f"{run_id} request {i}: forwarded spans differ with the hold on"
         if any(view[4] is not None for view in full_end["sessions"].values()):
             ours = {k: _stopped_view(v) for k, v in gated_end["sessions"].items()}
             theirs = {k: _stopped_view(v) for k, v in full_end["sessions"].items()}
-            assert ours == theirs, f"{run_id}: stopped sessions differ with the gate on"
+            assert ours == theirs, f"{run_id}: stopped sessions differ with the hold on"
         else:
-            assert gated_end == full_end, f"{run_id}: sessions differ with the gate on"
-    if variant not in ("content-off", "batch-empty"):  # there no step brings anything new to judge
-        assert calm_total > 0, "the gate never let a step through calm: the comparison proves nothing"
+            assert gated_end == full_end, f"{run_id}: sessions differ with the hold on"
     if variant == "recorded":  # the corpus's stopped loops go on sending
         assert held_total > 0, "no step was ever held: the comparison after the stop proves nothing"
 
 
+#: The variants the hold is replayed on: the recordings, a noise form, redelivery, one trace per call.
+HOLD_VARIANTS = ("recorded", "noise-epoch-ms", "redelivered", "trace-per-call-session")
+
+
 def replays_for(item: pytest.Item) -> None:
     """The comparison a test reads, queued after collection (see replays.py)."""
-    if getattr(item, "originalname", "") == "test_the_gate_changes_no_span_finding_or_verdict":
+    name = getattr(item, "originalname", "")
+    if name == "test_the_gate_changes_no_span_finding_or_verdict":
         replays.start(_compare, item.callspec.params["variant"])  # type: ignore[attr-defined]
+    elif name == "test_the_hold_changes_nothing_until_the_stop_nor_the_verdict":
+        replays.start(_compare_held, item.callspec.params["variant"])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("variant", ["recorded", *GATE_VARIANTS])
@@ -143,11 +172,16 @@ def test_the_gate_changes_no_span_finding_or_verdict(variant: str) -> None:
     replays.start(_compare, variant).result()
 
 
+@pytest.mark.parametrize("variant", HOLD_VARIANTS)
+def test_the_hold_changes_nothing_until_the_stop_nor_the_verdict(variant: str) -> None:
+    replays.start(_compare_held, variant).result()
+
+
 def test_a_watched_session_is_never_calm_nor_held() -> None:
     """A paused session, or one whose detail an operator read, runs every detector in full; only a stopped
     session's steps that bring nothing new are held."""
     now = [0.0]
-    engine = DetectorEngine(clock=lambda: now[0])
+    engine = DetectorEngine(clock=lambda: now[0], hold=True)  # state.hold_stopped_sessions: true
     session = Session("s", 0.0)
     step = Step("s", "tool", "read_file", novel=True)
     repeat, chat = Step("s", "tool", "read_file", novel=False), Step("s", "llm", "chat")
@@ -222,3 +256,10 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
     judged.clear()
     run.step(_read(i + 9, 99))  # a repeat of a resumed session: judged in full
     assert judged == ["entropy.observe", "trajectory.observe"] and session.held == 0
+
+
+def test_the_hold_follows_the_configuration_and_its_reloads() -> None:
+    pipeline = Pipeline(build_config({"state": {"hold_stopped_sessions": True}}, env={}))
+    assert pipeline.engine.hold
+    pipeline.reconfigure(build_config({}, env={}))
+    assert not pipeline.engine.hold and pipeline.engine.gate
