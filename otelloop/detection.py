@@ -144,14 +144,13 @@ class DetectorEngine:
     def held(self, session: Session, step: Step) -> bool:
         """Whether detectors that hold only ``hold`` this step: the gate and the hold are on, the session's
         stop holds, the step brought nothing new, and no operator watches the session."""
-        return (self.gate and self.hold and step.novel is not True and session.stop_hold is not None
-                and not session.paused and not self._watching(session.id))
+        return self._plan(session, step) is self._held
 
     def calm(self, session: Session, step: Step) -> bool:
         """Whether gated detectors only ``record`` this step: the gate is on, the step brought something new
         (set by the progress tracker), and no operator watches the session (paused, or its detail read in
         the last :data:`WATCH_SECONDS`)."""
-        return self.gate and step.novel is True and not session.paused and not self._watching(session.id)
+        return self._plan(session, step) is self._calm
 
     def watch(self, session_id: str) -> None:
         """Run every detector in full on the session's steps for the next :data:`WATCH_SECONDS`."""

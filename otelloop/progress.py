@@ -42,7 +42,6 @@ meaning, so that a session costs a few small objects rather than an int object p
 from __future__ import annotations
 
 import functools
-import sys
 from array import array
 
 from otelloop.mapping import fragments
@@ -50,7 +49,7 @@ from otelloop.mapping.canonical import LEARNABLE, SAYS, hash_bytes, hash_text
 from otelloop.mapping.noise import ClockTable, without_clocks
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT, normalise_result
 from otelloop.model import Step
-from otelloop.work import WorkState, batched, poll_wait, target_key
+from otelloop.work import WorkState, batched, find_entry, poll_wait, target_key
 
 #: Distinct results (and written file versions) remembered per session.
 MAX_RESULTS = 48
@@ -540,7 +539,7 @@ def _remember_result(progress: ProgressState, key: int) -> bool:
     """Record a result key; True when it was not seen before (the oldest is forgotten beyond
     :data:`MAX_RESULTS`)."""
     seen = progress.seen
-    if _index(seen, key) >= 0:
+    if find_entry(seen, key) >= 0:
         return False
     if len(seen) >= MAX_RESULTS:
         del seen[0]  # before the append, so that a full array keeps its size (no regrowth)
@@ -554,7 +553,7 @@ def _remember_call(progress: ProgressState, call: int, key: int) -> int:
     :data:`MAX_CALLS`."""
     calls, results, runs = progress.calls, progress.results, progress.runs
     run = 1
-    i = _index(calls, call)
+    i = find_entry(calls, call)
     if i >= 0:
         if key and results[i] == key:
             run = min(runs[i] + 1, MAX_RUN)
@@ -570,31 +569,13 @@ def _remember_call(progress: ProgressState, call: int, key: int) -> int:
 def _rekey_call(progress: ProgressState, call: int, key: int, only_if: int | None = None) -> None:
     """Give ``call``'s remembered last result the key ``key`` (the same result seen anew), its run kept;
     with ``only_if``, only while that is the key it remembers."""
-    i = _index(progress.calls, call)
+    i = find_entry(progress.calls, call)
     if i >= 0 and (only_if is None or progress.results[i] == only_if & _MASK64):
         progress.results[i] = key & _MASK64
 
 
 def _forget_call(progress: ProgressState, call: int) -> None:
     """Drop ``call``'s remembered result, if any: its next result starts a new run."""
-    i = _index(progress.calls, call)
+    i = find_entry(progress.calls, call)
     if i >= 0:
         del progress.calls[i], progress.results[i], progress.runs[i]
-
-
-_WIDTH = array("Q").itemsize
-
-
-def _index(keys: array[int], value: int) -> int:
-    """Index of ``value`` in ``keys``, or -1.
-
-    A byte search over the array's memory: ``array.index`` makes an int object of every element it
-    passes, which made the lookups the larger part of judging a step. A match that starts inside an
-    element (its bytes straddling two) is skipped.
-    """
-    raw = keys.tobytes()
-    needle = value.to_bytes(_WIDTH, sys.byteorder)
-    pos = raw.find(needle)
-    while pos >= 0 and pos % _WIDTH:
-        pos = raw.find(needle, pos + 1)
-    return -1 if pos < 0 else pos // _WIDTH

@@ -79,7 +79,7 @@ def poll_wait(state: WorkState, step: Step, call: int, key: int | None, repeats:
     """Record a tool step's answer to ``call`` and return its ``Step.wait``: ``repeats`` when the call
     moved on its own before and this answer repeats its last one, else 0 (see the module docstring)."""
     polls = state.polls
-    at = _find(polls, call, _POLL)
+    at = find_entry(polls, call, _POLL)
     if acts(step):
         state.acts += 1
     if not _status(step, key):
@@ -117,7 +117,7 @@ def target_key(state: WorkState, step: Step, key: int, call: int) -> tuple[int, 
     about its own target too: the tracker sees it anew)."""
     forms = state.forms
     form = step.args_form
-    at = _find(forms, form, _FORM)
+    at = find_entry(forms, form, _FORM)
     if at < 0:
         forms.extend((form, step.target, key, call, 0))
         if len(forms) > MAX_FORMS * _FORM:
@@ -138,12 +138,13 @@ def fold(key: int, target: int) -> int:
     return hash_text(f"target\x1f{key}\x1f{target}") & _MASK64
 
 
-def _find(values: array[int], value: int, stride: int) -> int:
+def find_entry(values: array[int], value: int, stride: int = 1) -> int:
     """Index of the entry (``stride`` values each) whose first value is ``value``, or -1.
 
-    A byte search over the array's memory, as ``otelloop.progress`` looks up its keys: a loop over the
-    entries in Python was the larger part of the cost of judging a repeated step. A match that starts
-    anywhere but at an entry's first value is skipped.
+    A byte search over the array's memory: ``array.index`` makes an int object of every element it
+    passes, and a loop over the entries in Python was the larger part of the cost of judging a repeated
+    step (here and in ``otelloop.progress``). A match that starts anywhere but at an entry's first value
+    (its bytes straddling two values) is skipped.
     """
     raw = values.tobytes()
     needle = value.to_bytes(_WIDTH, sys.byteorder)

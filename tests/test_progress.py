@@ -13,6 +13,7 @@ from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
 from otelloop.progress import MAX_RESULTS
+from otelloop.work import find_entry
 from tests.helpers import make_step
 
 
@@ -217,7 +218,7 @@ def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[in
     """Values whose bytes straddle two elements are not matches."""
     keys = array("Q", values)
     expected = values.index(value) if value in values else -1
-    assert progress._index(keys, value) == expected
+    assert find_entry(keys, value) == expected
 
 
 def test_a_step_known_only_by_its_name_is_unjudged() -> None:
