@@ -6,7 +6,7 @@ ratio is what otelloop's decode, mapping, state, detectors and enrichment cost. 
 compare ratios from one run, not absolute numbers across runs.
 
     python benchmarks/bench_pipeline.py [--workload realistic|looping|both] [--repeat 3] [--seconds 8]
-        [--modes passthrough,mapping,all] [--builds NAME=DIR,NAME=DIR] [--live-sessions 100000] [--hold-stopped]
+        [--modes passthrough,mapping,all] [--builds NAME=DIR,NAME=DIR] [--live-sessions 100000] [--judge-stopped]
         [--event-clients 10] [--json out.json]
 
 Workloads (``workload.py``): ``realistic``, agent runs that start, go on for 20–80 spans and end, one in
@@ -70,16 +70,17 @@ def start(cmd: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
     return p, line
 
 
-def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int = 0,
-                   build: Path | None = None, hold: bool = False) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int = 0, build: Path | None = None,
+                   judge_stopped: bool = False) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """``otelloop serve`` on CPU 0, from the source tree ``build`` (``python -m`` imports the package of its
-    working directory) or from the one this script is in; ``hold``: ``state.hold_stopped_sessions``."""
+    working directory) or from the one this script is in; ``judge_stopped``: ``state.hold_stopped_sessions:
+    false`` (by default a stopped session's repeats are held)."""
     import yaml
 
     config: dict[str, Any] = {"exporter": {"endpoint": upstream, "compression": "none"},
                               "state": {"idle_timeout": "1h", "max_sessions": max(100_000, live_sessions + 10_000)}}
-    if hold:
-        config["state"]["hold_stopped_sessions"] = True
+    if judge_stopped:
+        config["state"]["hold_stopped_sessions"] = False
     if detectors == "none":
         config["detectors"] = {d: {"enabled": False} for d in DETECTORS}
     cfg = tmp / f"otelloop-{detectors}.yaml"
@@ -159,7 +160,7 @@ def run_mode(label: str, tmp: Path, workload: Workload, args: argparse.Namespace
     else:
         server, addresses = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all",
                                            args.live_sessions, args.builds[build] if build else None,
-                                           args.hold_stopped)
+                                           args.judge_stopped)
         target = addresses["grpc"]
         if args.live_sessions:
             prefill(target, args.live_sessions)
@@ -348,8 +349,9 @@ def main() -> None:
     ap.add_argument("--sessions-per-batch", type=int, default=16, help="looping workload")
     ap.add_argument("--distinct-batches", type=int, default=64, help="looping workload")
     ap.add_argument("--live-sessions", type=int, default=0, help="other live sessions held during the run")
-    ap.add_argument("--hold-stopped", action="store_true",
-                    help="run otelloop with state.hold_stopped_sessions: true (a build without it refuses to start)")
+    ap.add_argument("--judge-stopped", action="store_true",
+                    help="run otelloop with state.hold_stopped_sessions: false, every step of a stopped session "
+                         "judged (a build without the setting refuses to start)")
     ap.add_argument("--event-clients", type=int, default=0, help="console-like event stream clients")
     ap.add_argument("--builds", default="",
                     help="NAME=DIR,NAME=DIR: run otelloop's modes from each of these source trees (built in place), "

@@ -71,6 +71,10 @@ class RunResult:
     verdict: str = "continue"
     findings: dict[str, int] = field(default_factory=dict)  # detector -> finding events
     tool_steps: int = 0  # tool steps the mapping found
+    #: loop runs: the most tool steps from the loop's start on that fail with one identified failure (span
+    #: status or error type plus a message; the same text once noise is masked). What is left to judge
+    #: a loop by when content capture is off.
+    failure_repeats: int = 0
 
     @property
     def lag(self) -> int | None:
@@ -124,7 +128,7 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
     tools = sorted(calls)
     rank = {span_id: i for i, (_, span_id) in enumerate(tools, 1)}
     res = RunResult(run["id"], run["label"], run["scenario"], run["dialect"], run["tool_calls"], run["loop_start"],
-                    tool_steps=len(tools))
+                    tool_steps=len(tools), failure_repeats=_failure_repeats(decoded, rank, run["loop_start"]))
     seen_tools: Counter[str] = Counter()  # session -> tool steps processed
     observe = pipeline.engine.observe
 
@@ -154,6 +158,15 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
     res.findings = dict(sorted(findings.items()))
     res.verdict = max((s.verdict for s in pipeline.store), key=VERDICT_RANK.__getitem__, default="continue")
     return res
+
+
+def _failure_repeats(decoded: list[Any], rank: dict[str, int], loop_start: int | None) -> int:
+    """See ``RunResult.failure_repeats`` (0 for a run without a loop)."""
+    if loop_start is None:
+        return 0
+    failures = Counter(step.error_hash for d in decoded for _, step, _ in d.steps
+                       if step.kind == "tool" and step.error_hash is not None and rank[step.span_id] >= loop_start)
+    return max(failures.values(), default=0)
 
 
 def evaluate(config: Config | None = None, corpus: Path = CORPUS, dialects: list[str] | None = None,

@@ -2,6 +2,7 @@
 
     python benchmarks/digest.py                    # every variant (and the runs as recorded), corpus and holdout
     python benchmarks/digest.py --variant recorded,content-off --each
+    python benchmarks/digest.py --config judge-stopped.yaml  # settings (a variant's own win)
 
 A change meant to leave behaviour alone (a rewrite of a state layout, a faster path) must leave this
 digest as it was. Every run of ``benchmarks/corpus`` and ``benchmarks/holdout`` is replayed as
@@ -34,10 +35,11 @@ from otelloop.config import load_config  # noqa: E402
 from otelloop.pipeline import Processed  # noqa: E402
 
 
-def variant_digest(name: str, sets: tuple[Path, ...] = (CORPUS, HOLDOUT)) -> str:
-    """The hash of every run of ``sets`` in the variant ``name`` (``recorded``: as recorded)."""
+def variant_digest(name: str, sets: tuple[Path, ...] = (CORPUS, HOLDOUT), config_path: str | None = None) -> str:
+    """The hash of every run of ``sets`` in the variant ``name`` (``recorded``: as recorded), under the
+    variant's configuration over the settings of ``config_path``."""
     variant = variants.VARIANTS.get(name)
-    config = load_config(None, dict(variant.config) if variant else {}, env={})
+    config = load_config(config_path, dict(variant.config) if variant else {}, env={})
     h = hashlib.sha256()
 
     def spans(processed: Processed) -> None:
@@ -58,7 +60,8 @@ def variant_digest(name: str, sets: tuple[Path, ...] = (CORPUS, HOLDOUT)) -> str
                 run, requests = made
             h.update(f"\x1e{corpus.name}/{run['id']}\x1f".encode())
             result = replay(run, config, corpus, requests, on_processed=spans)
-            h.update(repr(sorted(asdict(result).items())).encode())
+            # what the pipeline made of the run; failure_repeats describes its input
+            h.update(repr(sorted((k, v) for k, v in asdict(result).items() if k != "failure_repeats")).encode())
     return h.hexdigest()
 
 
@@ -66,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="all", help="NAME[,NAME...] or all (default; `recorded` = as recorded)")
     parser.add_argument("--each", action="store_true", help="also print one hash per variant")
+    parser.add_argument("--config", help="YAML settings, under each variant's own")
     args = parser.parse_args(argv)
     total = hashlib.sha256()
     for name in variant_names(args.variant):
-        digest = variant_digest(name)
+        digest = variant_digest(name, config_path=args.config)
         total.update(f"{name}={digest}\n".encode())
         if args.each:
             print(f"{name:28} {digest[:16]}", flush=True)

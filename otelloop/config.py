@@ -380,17 +380,20 @@ class StateConfig(_Section):
             id, else its trace id; no joining by trace).
         max_sessions: live sessions kept; beyond it the least recently seen is evicted.
         idle_timeout: a session unseen for this long is dropped.
-        hold_stopped_sessions: false: a stopped session's steps are judged like any other's, so every
-            later finding (another detector's halt, a further intervention) is kept as evidence; true: a
-            stopped session's steps that bring nothing new are held (no detector judges them, their spans
-            carry the scores as they stood, no finding is raised on them, the sessions API counts them in
-            ``held_steps``), which costs an agent that ignores its stop a fraction of the CPU.
+        hold_stopped_sessions: whether a stopped session's steps that bring nothing new are *held*: no
+            detector judges them, their spans carry the scores as they stood, no finding is raised on
+            them and the sessions API counts them in ``held_steps``. An agent that ignores its stop then
+            costs a fraction of the CPU, and its stop stands until an operator resumes it either way.
+            false: such steps are judged like any other's, so later findings (another detector's halt,
+            a further intervention) are added as evidence. Null means true, except under
+            ``detectors.profile: seed``, where every detector judges every step as in its original
+            design. Default: null.
     """
 
     group_by: Literal["auto", "trace", "session"] = "auto"
     max_sessions: int = Field(100_000, ge=1)
     idle_timeout: PositiveDuration = 1800.0
-    hold_stopped_sessions: bool = False
+    hold_stopped_sessions: bool | None = None
 
 
 class ModelPrice(_Section):
@@ -565,6 +568,12 @@ class Config(_Section):
     def detector_profile(self) -> str:
         """``detectors.profile``: the set of detector defaults in force (``default`` or ``seed``)."""
         return self._profile
+
+    @property
+    def holds_stopped_sessions(self) -> bool:
+        """``state.hold_stopped_sessions`` as it applies: when unset, on except under the seed profile."""
+        hold = self.state.hold_stopped_sessions
+        return self._profile != "seed" if hold is None else hold
 
 
 # ---------------------------------------------------------------------------------------------------

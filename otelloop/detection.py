@@ -21,9 +21,9 @@ did not bring something new (a repeat: the loop going on; an LLM or agent step; 
 to judge) is *held*: a detector that declares ``holds`` gets
 :meth:`~otelloop.detectors.base.Detector.hold` — what every span must carry, as it stands — instead of
 a judgement, and the session counts the step in ``Session.held``. A step that brings something new is
-calm as on any session, and a watched or paused session's steps are judged in full. The hold is off
-unless ``state.hold_stopped_sessions`` is set: held steps raise no finding, and by default a stopped
-session keeps every later finding as evidence.
+calm as on any session, and a watched or paused session's steps are judged in full. The pipeline turns
+the hold on as ``state.hold_stopped_sessions`` says (by default on, off under the seed profile): held
+steps raise no finding, so with it off a stopped session keeps every later finding as evidence.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ class DetectorEngine:
         gate: let gated detectors only ``record`` calm steps (see above); False runs every detector in
             full on every step (the equal-output tests compare the two).
         hold: let detectors that hold only ``hold`` a stopped session's steps that bring nothing new
-            (see above; ``state.hold_stopped_sessions``); False (the default) judges them (the gate off
-            turns the hold off too).
+            (see above; the pipeline sets it from ``state.hold_stopped_sessions``); False (the engine's
+            own default, for tests that judge every step) judges them (the gate off turns the hold off
+            too).
         clock: monotonic clock for how long a session stays watched (injectable for tests).
     """
 

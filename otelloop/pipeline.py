@@ -146,7 +146,7 @@ class Pipeline:
         self.metrics = metrics or Metrics()
         self.mapper = Mapper(self.config)
         self.engine = DetectorEngine(self.config.detectors, on_error=self._detector_failed,
-                                     hold=self.config.state.hold_stopped_sessions)
+                                     hold=self.config.holds_stopped_sessions)
         self.scanner = self._scanner()
         self.store = SessionStore(self.config.state.max_sessions, self.config.state.idle_timeout,
                                   on_evict=self._evicted, clock=clock)
@@ -165,7 +165,7 @@ class Pipeline:
         self.config = config
         self.mapper = Mapper(config)
         self.engine.reconfigure(config.detectors)
-        self.engine.hold = config.state.hold_stopped_sessions
+        self.engine.hold = config.holds_stopped_sessions
         self.scanner = self._scanner()
         self.store.resize(config.state.max_sessions, config.state.idle_timeout)
         if config.state.group_by != "auto":

@@ -255,7 +255,9 @@ def test_package_data_ships_the_console() -> None:
 
 
 def test_sessions_page_counts_search_and_alerts(serve: Any) -> None:
-    o = serve()
+    # Every detector's evidence: also what the agent got stuck on after its first stop (the hold off;
+    # with the defaults see test_a_stopped_session_that_keeps_sending_is_held).
+    o = serve({"state": {"hold_stopped_sessions": False}})
     looping = looping_agent(o.grpc, service="research-agent")
     healthy = healthy_agent(o.grpc, service="billing-agent")
     listing = body_of(o, "/v1/sessions", None)
@@ -283,6 +285,28 @@ def test_sessions_page_counts_search_and_alerts(serve: Any) -> None:
     assert detail["verdict_history"][-1]["verdict"] == "stop"
     halted = next(f for f in detail["findings"] if f["event"] == "otelloop.loop_halted")
     assert halted["evidence"]["halt_reason"] == "stalled" and "spawn_reviewer" in halted["suggested_actions"]
+
+
+def test_a_stopped_session_that_keeps_sending_is_held(serve: Any) -> None:
+    """Defaults: the graph's stall stops the session; the failing command and the searches it goes on to
+    repeat are held — counted, in the scores, never judged, so they raise no finding."""
+    o = serve()
+    looping = looping_agent(o.grpc)
+    detail = body_of(o, f"/v1/sessions/{looping}", None)
+    [stop] = detail["verdict_history"]
+    assert (detail["verdict"], stop["reason"]) == ("stop", "loop_halted: stalled")
+    steps = [(x["kind"], x["name"]) for x in detail["recent_steps"]]
+    assert steps[:7] == [("system", "invoke_agent planner"), ("system", "invoke_agent coder")] * 3 + [
+        ("system", "invoke_agent planner")]  # the 4th planner turn with the same plan stops it
+    after = steps[7:]
+    assert after == [("system", "invoke_agent coder")] + [("tool", "bash")] * 4 + [("tool", "search_web")] * 6
+    # held: all but the first search, whose result was new (the failing command never brought anything)
+    assert detail["held_steps"] == len(after) - 1 == 10
+    assert [f["event"] for f in detail["findings"]] == ["otelloop.loop_halted"]
+    # the entropy window takes in held steps (five identical searches); trajectory judged none of them
+    assert (detail["entropy_score"], detail["entropy_severity"], detail["intervention"]) == (0.2, "loop", "observe")
+    listed = body_of(o, "/v1/sessions", None)["sessions"][0]
+    assert listed["session_id"] == looping and listed["held_steps"] == 10
 
 
 def test_sessions_carry_the_environment_their_resource_names(serve: Any) -> None:
@@ -339,7 +363,7 @@ SECRETS = ("hunter2-Qm7x", "Zk4pL9sQ2wE8rT1yU6iO3aS5", "tok-88aa77bb66cc55dd44ee
 
 def test_no_secret_from_spans_reaches_any_reader(serve: Any) -> None:
     bearer, api_key, node_token = SECRETS
-    o = serve()
+    o = serve({"state": {"hold_stopped_sessions": False}})  # every detector quotes, also after a stop
     events = []
     conn = http.client.HTTPConnection(o.admin, timeout=10)
     conn.request("GET", "/v1/events")

@@ -72,7 +72,10 @@ def verdict(served: Any, session: str) -> str:
 
 
 def test_console_shows_stuck_sessions_live_and_pauses_one(serve: Any, page: Any, tmp_path: Path) -> None:
-    served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL}})
+    # every detector's evidence, also on what the agent repeats after its stop (the hold off; held steps:
+    # test_console_shows_the_steps_held_since_the_stop)
+    served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL},
+                    "state": {"hold_stopped_sessions": False}})
     looping = looping_agent(served.grpc)
     healthy = healthy_agent(served.grpc)
     hostile = hostile_agent(served.grpc)
@@ -190,6 +193,19 @@ def test_console_shows_how_many_tool_steps_went_unjudged(serve: Any, page: Any) 
     assert page.locator("#alerts > li").count() == 0
 
 
+def test_console_shows_the_steps_held_since_the_stop(serve: Any, page: Any) -> None:
+    """Defaults: a stopped agent that goes on sending; its repeats are held, and the detail says how many."""
+    served = serve()
+    looping = looping_agent(served.grpc)
+    page.goto(f"http://{served.admin}/")
+    page.locator(f'#sessions tbody tr[data-session="{looping}"]').click()
+    held = page.locator("#detail dd.held")
+    held.wait_for()
+    assert held.inner_text() == "10"  # tests/test_console_api.py: which steps, and why
+    assert "no detector judged them" in (held.get_attribute("title") or "")
+    assert page.locator("#detail li.finding").count() == 1  # stall's halt; held steps raise none
+
+
 def _unlock(page: Any, served: Any) -> None:
     page.goto(f"http://{served.admin}/")
     page.get_by_label("Admin token").fill(TOKEN)
@@ -199,7 +215,8 @@ def _unlock(page: Any, served: Any) -> None:
 def test_console_shows_what_repeated_not_a_hash(serve: Any, page: Any, tmp_path: Path) -> None:
     """Also takes the README's screenshot: ``OTELLOOP_CONSOLE_PNG=docs/console.png pytest -k what_repeated``."""
     served = serve({"admin": {"token": TOKEN}, "console": {"trace_url": TRACE_URL,
-                                                             "dashboard_url": "http://grafana:3000/d/otelloop"}})
+                                                             "dashboard_url": "http://grafana:3000/d/otelloop"},
+                    "state": {"hold_stopped_sessions": False}})  # the searches after the stop judged too (the hold off)
     healthy_agent(served.grpc, resource={"deployment.environment.name": "staging"})
     support_agent_without_content(served.grpc, reservations=3)
     looping = looping_agent(served.grpc, resource={"deployment.environment.name": "production"})
@@ -289,7 +306,8 @@ def test_console_shows_the_environment_next_to_the_service(serve: Any, page: Any
 
 
 def test_console_links_the_dashboard_and_explains_detectors(serve: Any, page: Any) -> None:
-    served = serve({"admin": {"token": TOKEN}, "console": {"dashboard_url": "http://grafana.example/d/otelloop"}})
+    served = serve({"admin": {"token": TOKEN}, "console": {"dashboard_url": "http://grafana.example/d/otelloop"},
+                    "state": {"hold_stopped_sessions": False}})  # trajectory's stop after stall's (the hold off)
     looping = looping_agent(served.grpc)
     _unlock(page, served)
     assert page.get_by_role("link", name="Dashboard ↗").get_attribute("href") == "http://grafana.example/d/otelloop"

@@ -74,7 +74,8 @@ def sid(trace: int) -> str:
 
 
 def test_stream_carries_findings_and_verdict_changes(serve: Any) -> None:
-    o = serve()
+    # every LOOP step alerts, also after the stop (the hold off): repeats for the stream to coalesce
+    o = serve({"state": {"hold_stopped_sessions": False}})
     reader = Reader(o.admin)
     assert reader.response.status == 200
     assert reader.response.getheader("Content-Type") == "text/event-stream"

@@ -241,8 +241,12 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
     for k in range(5):
         ctx = run.step(_read(i + k, 99))
         assert ctx.attributes == {**at_stop, "otelloop.verdict": "stop"} and not ctx.findings
-    chat = run.step(Step("s1", "llm", "chat", start_ns=(i + 5) * 10**9))
+    spent = session.state("rate").cost_usd
+    chat = run.step(Step("s1", "llm", "chat", start_ns=(i + 5) * 10**9, end_ns=(i + 5) * 10**9 + 1,
+                         cost_usd=40.0, output_tokens=10**6))
     assert chat.attributes["otelloop.verdict"] == "stop" and "otelloop.loop_score" not in chat.attributes
+    # held, its spend still counts in rate's totals (far past every threshold: no finding on a held step)
+    assert session.state("rate").cost_usd == spent + 40.0 and not chat.findings
     assert judged == [] and session.held == 6
     assert (session.verdict, session.reason, session.message, session.findings) == (
         "stop", stopped_by, message, findings)
@@ -259,7 +263,13 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
 
 
 def test_the_hold_follows_the_configuration_and_its_reloads() -> None:
-    pipeline = Pipeline(build_config({"state": {"hold_stopped_sessions": True}}, env={}))
-    assert pipeline.engine.hold
-    pipeline.reconfigure(build_config({}, env={}))
-    assert not pipeline.engine.hold and pipeline.engine.gate
+    """On by default; off when set so, or under the seed profile unless set on there; a reload applies."""
+    pipeline = Pipeline(build_config({}, env={}))
+    assert pipeline.engine.hold and pipeline.engine.gate
+    for settings, hold in (({"state": {"hold_stopped_sessions": False}}, False),
+                           ({"detectors": {"profile": "seed"}}, False),
+                           ({"detectors": {"profile": "seed"}, "state": {"hold_stopped_sessions": True}}, True),
+                           ({"state": {"hold_stopped_sessions": True}}, True), ({}, True)):
+        pipeline.reconfigure(build_config(settings, env={}))
+        assert pipeline.engine.hold is hold, settings
+        assert pipeline.engine.gate

@@ -9,7 +9,9 @@ keeping its label by construction. Two groups of tests:
   content key, redelivery doubles every request, ...), on a few runs of every dialect;
 - the detection targets, per variant, on corpus and held-out set together (``bench_quality.py
   --variant``): every loop stopped within 6 tool calls of its start, median lag <= 3, no healthy run
-  stopped, at most 1 in 20 nudged (content off: none), at most 1 in 10 with any finding.
+  stopped, at most 1 in 20 nudged (content off: none), at most 1 in 10 with any finding. With content
+  off, loops are held to what their spans still identify: each that repeats one failure is stopped in
+  time (a session is never judged by tool names alone).
 
 ``BASELINE`` below is the one table to update: the figures measured per variant. A target those figures
 miss is a strict expected failure (it turns into a failure the day it holds, so the table gets the new
@@ -97,8 +99,10 @@ Figures = tuple[int, int, float | None, int, int, int, int]
 
 TARGETS: dict[str, tuple[str, Callable[[str, Figures], bool | None]]] = {
     # name: (what it says, check(variant, figures) -> True held / False missed / None not applicable)
+    # Content off: a loop is judged by what its spans still identify, its failures (see
+    # test_content_off_stops_every_loop_that_repeats_its_failure); names alone never stop a session.
     "loops_in_time": ("every loop stopped within 6 tool calls of its start",
-                      lambda v, f: None if not f[1] else f[0] == f[1]),
+                      lambda v, f: None if not f[1] or v == "content-off" else f[0] == f[1]),
     "median_lag": ("median lag <= 3", lambda v, f: None if not f[1] else f[2] is not None and f[2] <= 3),
     "healthy_stopped": ("no healthy run stopped", lambda v, f: None if not f[6] else f[3] == 0),
     "healthy_nudged": ("at most 1 in 20 healthy runs nudged (content off: none)",
@@ -139,6 +143,8 @@ def replays_for(item: pytest.Item) -> None:
         replays.prefetch([bench_quality.RECORDED, variant])
     elif name in ("test_target", "test_no_regression_below_the_measured_figures"):
         replays.prefetch([variant])
+    elif name == "test_content_off_stops_every_loop_that_repeats_its_failure":
+        replays.prefetch(["content-off"])
     elif name == "test_bench_quality_reports_variants_side_by_side":
         replays.prefetch(["batch-alike"])
 
@@ -193,6 +199,22 @@ def test_no_regression_below_the_measured_figures(variant: str) -> None:
         if now[i] > base[i]:
             worse.append(f"{what} {now[i]} > {base[i]}")
     assert not worse, f"{variant}: {'; '.join(worse)} (now: {_describe(now)})"
+
+
+#: A failure repeated this many times from a loop's start is a loop the spans identify without content.
+FAILURE_REPEATS = 3
+
+
+def test_content_off_stops_every_loop_that_repeats_its_failure() -> None:
+    """With content capture off a step carries no arguments or results, so a session is never judged by
+    tool names alone (no healthy run stopped or nudged: ``test_target``). What spans still say is whether a
+    call failed and how (span status, error type, exception message): every loop run that repeats one
+    identified failure from its start is stopped in time; the others are the misses content-off costs."""
+    loops = [r for r in _results("content-off") if r.label == "loop"]
+    identified = [r for r in loops if r.failure_repeats >= FAILURE_REPEATS]
+    late = [f"{r.id}: stop {r.stop_at}, start {r.loop_start}, failure repeated {r.failure_repeats} times"
+            for r in identified if r.outcome != "in_time"]
+    assert identified and not late, "\n".join(late)
 
 
 ROLE_VARIANTS = [name for name, v in V.VARIANTS.items() if v.family == "roles"]

@@ -34,6 +34,8 @@
     last: "End of the session's latest step, and how long ago otelloop last saw a span of it.",
     unjudged: "Tool steps whose spans carried no result and no error message: neither progress nor " +
               "evidence of a loop. Turn content capture on in the agent's instrumentation.",
+    held: "Steps since the stop that brought nothing new: no detector judged them (the stop stands until " +
+          "resumed), so they raised no finding; the scores above count them as they stood.",
   };
   const DETECTORS = {
     divergence: "divergence: the same step back to back (advisory).",
@@ -491,6 +493,7 @@
               EXPLAIN.entropy),
       ...fact("Steps", String(s.steps), EXPLAIN.steps),
       ...fact("Unjudged tool steps", String(s.unjudged_steps || 0), EXPLAIN.unjudged, "unjudged"),
+      ...fact("Held since the stop", String(s.held_steps || 0), EXPLAIN.held, "held"),
       ...fact("Tokens in / out", tokens(s), EXPLAIN.tokens, "tokens"),
       ...fact("Cost", cost(s), EXPLAIN.cost, "cost")));
 

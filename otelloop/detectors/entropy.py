@@ -129,16 +129,22 @@ class EntropyDetector(Detector):
     gated: ClassVar[bool] = True
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
-        cfg = self.config
-        counted = not cfg.progress_aware or (step.kind == "tool" and step.novel is not None
-                                             and not retrying(step, cfg.transient_retries))
-        if counted:
-            entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
-                                     else (step.intent, step.name, step.outcome))
-            state.window = (*state.window, entry)[-cfg.window:]
-        elif len(state.window) > cfg.window:  # a reload shrank the window
-            state.window = state.window[-cfg.window:]
+        counted = self._count(state, step)
+        if not counted and len(state.window) > self.config.window:  # a reload shrank the window
+            state.window = state.window[-self.config.window:]
         self._conclude(state, counted, ctx)
+
+    def _count(self, state: EntropyState, step: Step) -> bool:
+        """Add the step's entry to the window if the step counts (progress-aware: a judged tool step
+        outside a retry allowance; seed: every step); whether it did."""
+        cfg = self.config
+        if cfg.progress_aware and (step.kind != "tool" or step.novel is None
+                                   or retrying(step, cfg.transient_retries)):
+            return False
+        entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
+                                 else (step.intent, step.name, step.outcome))
+        state.window = (*state.window, entry)[-cfg.window:]
+        return True
 
     def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         """A step that brought something new: its entry (progress-aware: with a result never seen in the
@@ -153,7 +159,9 @@ class EntropyDetector(Detector):
     holds: ClassVar[bool] = True
 
     def hold(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
-        """A stopped session's repeat: the score and severity as they stand, as on a step not counted."""
+        """A stopped session's repeat: kept in the window as :meth:`observe` keeps it (a few tuple
+        operations), so the score stays current, but it raises no alert and changes no vote."""
+        self._count(state, step)
         self._conclude(state, False, ctx)
 
     def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:

@@ -62,8 +62,6 @@ class RateDetector(Detector):
     """
 
     name: ClassVar[str] = "rate"
-    #: A stopped session's repeats are not counted against its budgets: its verdict is already the
-    #: most severe (its spend still counts in the session's totals and metrics).
     holds: ClassVar[bool] = True
     Config: ClassVar[type[DetectorConfig]] = RateConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"min_elapsed": 0.001, "min_steps": 1}}
@@ -88,6 +86,11 @@ class RateDetector(Detector):
             state.tokens_fired = self._check(
                 ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity",
                 state.output_tokens / elapsed_s, cfg.output_tokens_per_second, "output tokens/s")
+
+    def hold(self, state: RateState, step: Step, ctx: StepContext) -> None:
+        """A stopped session's held step: its spend is added, so the totals stay current (the summary,
+        and the rates judged again after a resume), but no rate is judged on it and nothing is raised."""
+        _accumulate(state, step)
 
     def _check(self, ctx: StepContext, event: str, key: str, rate: float, threshold: float | None,
                unit: str) -> bool:

@@ -288,7 +288,9 @@ def replicas(tmp_path: Path, sinks: list[GrpcSink]) -> Iterator[list[Served]]:
             d = tmp_path / f"otelloop{i}"
             d.mkdir()
             exporter = {"endpoint": f"grpc://127.0.0.1:{sink.port}", "timeout": "5s"}
-            started.append(Served(d, {"exporter": exporter}))
+            # every detector's findings, also those a stopped session's later steps raise (the hold off):
+            # the more findings both setups must agree on, the more the comparison says
+            started.append(Served(d, {"exporter": exporter, "state": {"hold_stopped_sessions": False}}))
         yield started
     finally:
         for o in started:

@@ -54,7 +54,9 @@ def assert_exactly_once(o: Any, sink: Any, data: bytes) -> None:
 
 
 def test_grpc_upstream_of_4_mib_gets_every_enriched_span_once(serve: Any, limited_grpc: GrpcSink) -> None:
-    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{limited_grpc.port}"}})
+    # every step of the stopped session judged (the hold off): each span gains findings, past the limit
+    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{limited_grpc.port}"},
+               "state": {"hold_stopped_sessions": False}})
     data = identical_tool_spans(SPANS)
     assert len(data) < LIMIT
     response = export(o.grpc, data)
