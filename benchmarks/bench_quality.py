@@ -161,12 +161,12 @@ def replay(run: dict[str, Any], config: Config | None, corpus: Path = CORPUS,
 
 
 def _failure_repeats(decoded: list[Any], rank: dict[str, int], loop_start: int | None) -> int:
-    """See ``RunResult.failure_repeats`` (0 for a run without a loop)."""
+    """See ``RunResult.failure_repeats`` (0 for a run without a loop); a call delivered twice counts once."""
     if loop_start is None:
         return 0
-    failures = Counter(step.error_hash for d in decoded for _, step, _ in d.steps
-                       if step.kind == "tool" and step.error_hash is not None and rank[step.span_id] >= loop_start)
-    return max(failures.values(), default=0)
+    failed = {step.span_id: step.error_hash for d in decoded for _, step, _ in d.steps
+              if step.kind == "tool" and step.error_hash is not None and rank[step.span_id] >= loop_start}
+    return max(Counter(failed.values()).values(), default=0)
 
 
 def evaluate(config: Config | None = None, corpus: Path = CORPUS, dialects: list[str] | None = None,

@@ -381,9 +381,10 @@ class StateConfig(_Section):
         max_sessions: live sessions kept; beyond it the least recently seen is evicted.
         idle_timeout: a session unseen for this long is dropped.
         hold_stopped_sessions: whether a stopped session's steps that bring nothing new are *held*: no
-            detector judges them, their spans carry the scores as they stood, no finding is raised on
-            them and the sessions API counts them in ``held_steps``. An agent that ignores its stop then
-            costs a fraction of the CPU, and its stop stands until an operator resumes it either way.
+            detector judges them, their spans carry the loop score as it stood (entropy's window takes
+            them in), no finding is raised on them and the sessions API counts them in ``held_steps``.
+            An agent that ignores its stop then costs a fraction of the CPU, and its stop stands until
+            an operator resumes it either way.
             false: such steps are judged like any other's, so later findings (another detector's halt,
             a further intervention) are added as evidence. Null means true, except under
             ``detectors.profile: seed``, where every detector judges every step as in its original
@@ -1191,6 +1192,7 @@ def effective_config(cfg: Config) -> dict[str, Any]:
     data = mask_secrets(cfg, cfg.model_dump(mode="json"))
     data["detectors"] = {"profile": cfg.detector_profile,
                          **{k: v.model_dump(mode="json") for k, v in cfg.detectors.items()}}
+    data["state"]["hold_stopped_sessions"] = cfg.holds_stopped_sessions  # resolved, as for the profile's values
     for k, v in list(data.items()):
         if isinstance(v, float) and math.isinf(v):
             data[k] = ".inf"

@@ -102,6 +102,15 @@ def test_check_config_prints_effective_config_and_masks_secrets(tmp_path) -> Non
     assert result.exit_code == 0, result.output
     assert "grpc://up:4317" in result.output and "max_sessions: 100000" in result.output
     assert "hunter2" not in result.output and "s3cret" not in result.output
+    assert "hold_stopped_sessions: true" in result.output  # unset, resolved: on under the default profile
+
+
+def test_check_config_prints_the_hold_as_it_applies_under_the_seed_profile(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("detectors: {profile: seed}\n")
+    result = CliRunner().invoke(main, ["check-config", str(f)])
+    assert result.exit_code == 0, result.output
+    assert "hold_stopped_sessions: false" in result.output
 
 
 def test_check_config_rejects_with_key_path(tmp_path) -> None:

@@ -107,7 +107,7 @@ def _replay(config: Config, requests: list[bytes], gate: bool,
 
 
 def _compare(variant: str) -> None:
-    """Every run of ``variant`` with the gate (the default: no hold) and without: raises AssertionError at
+    """Every run of ``variant`` with the gate (and no hold) and without: raises AssertionError at
     the first difference. Runs in a worker process (replays.py), queued after collection; the test
     re-raises what it raised."""
     config = replays.variant_config(variant)
@@ -241,12 +241,8 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
     for k in range(5):
         ctx = run.step(_read(i + k, 99))
         assert ctx.attributes == {**at_stop, "otelloop.verdict": "stop"} and not ctx.findings
-    spent = session.state("rate").cost_usd
-    chat = run.step(Step("s1", "llm", "chat", start_ns=(i + 5) * 10**9, end_ns=(i + 5) * 10**9 + 1,
-                         cost_usd=40.0, output_tokens=10**6))
+    chat = run.step(Step("s1", "llm", "chat", start_ns=(i + 5) * 10**9))
     assert chat.attributes["otelloop.verdict"] == "stop" and "otelloop.loop_score" not in chat.attributes
-    # held, its spend still counts in rate's totals (far past every threshold: no finding on a held step)
-    assert session.state("rate").cost_usd == spent + 40.0 and not chat.findings
     assert judged == [] and session.held == 6
     assert (session.verdict, session.reason, session.message, session.findings) == (
         "stop", stopped_by, message, findings)
@@ -260,6 +256,44 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
     judged.clear()
     run.step(_read(i + 9, 99))  # a repeat of a resumed session: judged in full
     assert judged == ["entropy.observe", "trajectory.observe"] and session.held == 0
+
+
+def test_held_steps_keep_the_entropy_window_current_and_cut_it_after_a_reload() -> None:
+    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", hold=True)
+    session = run.session()
+    i = 0
+    while session.verdict != "stop":
+        run.step(_read(i, 99))
+        i += 1
+        assert i < 10, "the read loop was never stopped"
+    for k in range(5):  # held repeats: the window holds five of the same read
+        run.step(_read(i + k, 99))
+    assert len(session.state("entropy").window) == 5
+    assert run.step(make_step("chat", kind="llm", i=i + 5)).attributes["otelloop.entropy_score"] == 0.2
+    run.reconfigure({"entropy": {"window": 3}})
+    ctx = run.step(make_step("chat", kind="llm", i=i + 6))  # held, not counted: it still cuts the window
+    assert session.held == 7 and len(session.state("entropy").window) == 3
+    assert ctx.attributes["otelloop.entropy_score"] == 0.3333
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_held_step_adds_its_spend_to_the_rates_but_raises_nothing(hold: bool) -> None:
+    """The same expensive model call after the stop: judged, it raises ``cost_rate_exceeded``; held, its
+    spend still counts in ``rate``'s totals (current after a resume), and nothing is raised on it."""
+    rate = {"min_steps": 1, "min_elapsed": 0.001, "cost_usd_per_second": 1.0}
+    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", detectors={"rate": rate},
+                      hold=hold)
+    session = run.session()
+    i = 0
+    while session.verdict != "stop":
+        run.step(_read(i, 99))
+        i += 1
+        assert i < 10, "the read loop was never stopped"
+    spent = session.state("rate").cost_usd
+    ctx = run.step(make_step("chat", kind="llm", i=i, cost_usd=40.0))  # 40 USD over about i seconds
+    assert session.state("rate").cost_usd == spent + 40.0
+    assert [f.event for f in ctx.findings] == ([] if hold else ["otelloop.cost_rate_exceeded"])
+    assert session.held == (1 if hold else 0)
 
 
 def test_the_hold_follows_the_configuration_and_its_reloads() -> None:

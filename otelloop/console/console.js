@@ -35,7 +35,7 @@
     unjudged: "Tool steps whose spans carried no result and no error message: neither progress nor " +
               "evidence of a loop. Turn content capture on in the agent's instrumentation.",
     held: "Steps since the stop that brought nothing new: no detector judged them (the stop stands until " +
-          "resumed), so they raised no finding; the scores above count them as they stood.",
+          "resumed), so they raised no finding; the loop score is as it stood, the entropy counts them.",
   };
   const DETECTORS = {
     divergence: "divergence: the same step back to back (advisory).",

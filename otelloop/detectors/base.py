@@ -17,8 +17,8 @@ verdict; it skips the judgement a step that brought something new cannot need.
 A detector may also declare ``holds = True`` and implement ``hold(state, step, ctx)``, which the engine
 calls instead of ``observe`` on a *held* step: a step that brought nothing new (``Step.novel`` not True: a
 repeat, an LLM or agent step) of a session whose ``stop`` holds until an operator resumes it. No judgement
-can change such a session's verdict, so ``hold`` only gives the span what it must carry, as it stands (a
-score, a level), and leaves the state as it is: the held steps are not counted by the detector.
+can change such a session's verdict, so ``hold`` gives the span what it must carry (a score, a level) and
+raises nothing; it may keep cheap bookkeeping current (a window, a total), never judge.
 """
 
 from __future__ import annotations
@@ -129,8 +129,9 @@ class Detector(ABC):
 
     def hold(self, state: Any, step: Step, ctx: StepContext) -> None:
         """Give a held step (one that brought nothing new, in a session whose stop holds) what its span
-        must carry, as it stands, without judging it or changing ``state``. Default: nothing (the span
-        carries nothing of this detector's; the engine then leaves the detector out of held steps)."""
+        must carry, without judging it: no finding, no vote; ``state`` may take in the step where that
+        is cheap bookkeeping (a window, a total). Default: nothing (the span carries nothing of this
+        detector's; the engine then leaves the detector out of held steps)."""
         return None
 
     def overwritten_keys(self) -> frozenset[str]:

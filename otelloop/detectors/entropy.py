@@ -129,17 +129,17 @@ class EntropyDetector(Detector):
     gated: ClassVar[bool] = True
 
     def observe(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
-        counted = self._count(state, step)
-        if not counted and len(state.window) > self.config.window:  # a reload shrank the window
-            state.window = state.window[-self.config.window:]
-        self._conclude(state, counted, ctx)
+        self._conclude(state, self._count(state, step), ctx)
 
     def _count(self, state: EntropyState, step: Step) -> bool:
         """Add the step's entry to the window if the step counts (progress-aware: a judged tool step
-        outside a retry allowance; seed: every step); whether it did."""
+        outside a retry allowance; seed: every step); whether it did. A step not counted still cuts a
+        window a reload shrank."""
         cfg = self.config
         if cfg.progress_aware and (step.kind != "tool" or step.novel is None
                                    or retrying(step, cfg.transient_retries)):
+            if len(state.window) > cfg.window:
+                state.window = state.window[-cfg.window:]
             return False
         entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
                                  else (step.intent, step.name, step.outcome))
