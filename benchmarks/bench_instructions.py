@@ -94,24 +94,22 @@ def count(requests: list[bytes], n: int, tmp: Path, tree: Path) -> int:
     return int(totals[-1])
 
 
-#: The in-process run: the requests pickled in argv[3] (``_WARM`` + ``n`` of them), the source tree in
-#: argv[4] (argv: n, mode, requests, tree).
+#: The in-process run: every request pickled in argv[3] (``_WARM`` + ``n`` of them: the two runs differ only
+#: in ``n``), the source tree in argv[4] (argv: n, mode, requests, tree); ``none`` turns off every detector
+#: that tree registers.
 _IN_PROCESS = """
 import pickle, sys
 sys.path.insert(0, sys.argv[4])
 from otelloop.config import build_config
+from otelloop.detectors.registry import registered
 from otelloop.pipeline import Pipeline
-n, mode = int(sys.argv[1]), sys.argv[2]
 with open(sys.argv[3], "rb") as f:
     requests = pickle.load(f)
 config = {"state": {"idle_timeout": "1h"}}
-if mode == "none":
-    config["detectors"] = {d: {"enabled": False} for d in
-                           ("divergence", "rate", "drift", "entropy", "stall", "trajectory")}
+if sys.argv[2] == "none":
+    config["detectors"] = {name: {"enabled": False} for name in registered()}
 pipeline = Pipeline(build_config(config, env={}))
-for data in requests[:len(requests) - n]:
-    pipeline.process(pipeline.decode(data)).data
-for data in requests[len(requests) - n:]:
+for data in requests:
     pipeline.process(pipeline.decode(data)).data
 """
 #: Requests of the in-process run used to warm up (counted in both runs, so cancelled out).

@@ -211,6 +211,22 @@ def _read(i: int, output: int) -> Step:
                      args_text='{"path": "a.py"}', output_text=f"content {output}")
 
 
+#: Every detector, as the pipeline runs them by default.
+EVERY_DETECTOR = ("divergence", "rate", "drift", "entropy", "stall", "trajectory")
+
+
+def _read_until_stopped(run: DetectorRun) -> tuple[int, Any]:
+    """Feed session ``s1`` the same read until it is stopped: the next step's index, and what the
+    stopping step was given."""
+    session = run.session()
+    i = 0
+    while session.verdict != "stop":
+        ctx = run.step(_read(i, 99))
+        i += 1
+        assert i < 10, "the read loop was never stopped"
+    return i, ctx
+
+
 def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """After the stop, the verdict holds and the session's repeats are held: no detector judges them, their
@@ -227,13 +243,9 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
                 original(self, state, step, ctx)
 
             monkeypatch.setattr(cls, method, spy)
-    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", hold=True)
+    run = DetectorRun(*EVERY_DETECTOR, hold=True)
     session = run.session()
-    i = 0
-    while session.verdict != "stop":
-        ctx = run.step(_read(i, 99))
-        i += 1
-        assert i < 10, "the read loop was never stopped"
+    i, ctx = _read_until_stopped(run)
     stopped_by, message, findings = session.reason, session.message, session.findings
     at_stop = {k: ctx.attributes[k] for k in ("otelloop.loop_score", "otelloop.intervention",
                                              "otelloop.entropy_score", "otelloop.entropy_severity")}
@@ -259,13 +271,9 @@ def test_a_stopped_session_that_keeps_sending_is_held_until_it_is_resumed(
 
 
 def test_held_steps_keep_the_entropy_window_current_and_cut_it_after_a_reload() -> None:
-    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", hold=True)
+    run = DetectorRun(*EVERY_DETECTOR, hold=True)
     session = run.session()
-    i = 0
-    while session.verdict != "stop":
-        run.step(_read(i, 99))
-        i += 1
-        assert i < 10, "the read loop was never stopped"
+    i, _ = _read_until_stopped(run)
     for k in range(5):  # held repeats: the window holds five of the same read
         run.step(_read(i + k, 99))
     assert len(session.state("entropy").window) == 5
@@ -281,14 +289,9 @@ def test_a_held_step_adds_its_spend_to_the_rates_but_raises_nothing(hold: bool) 
     """The same expensive model call after the stop: judged, it raises ``cost_rate_exceeded``; held, its
     spend still counts in ``rate``'s totals (current after a resume), and nothing is raised on it."""
     rate = {"min_steps": 1, "min_elapsed": 0.001, "cost_usd_per_second": 1.0}
-    run = DetectorRun("divergence", "rate", "drift", "entropy", "stall", "trajectory", detectors={"rate": rate},
-                      hold=hold)
+    run = DetectorRun(*EVERY_DETECTOR, detectors={"rate": rate}, hold=hold)
     session = run.session()
-    i = 0
-    while session.verdict != "stop":
-        run.step(_read(i, 99))
-        i += 1
-        assert i < 10, "the read loop was never stopped"
+    i, _ = _read_until_stopped(run)
     spent = session.state("rate").cost_usd
     ctx = run.step(make_step("chat", kind="llm", i=i, cost_usd=40.0))  # 40 USD over about i seconds
     assert session.state("rate").cost_usd == spent + 40.0
