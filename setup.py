@@ -1,4 +1,5 @@
-"""Builds otelloop's native reader (``otelloop._scan``); everything else is in pyproject.toml.
+"""Builds otelloop's native reader (``otelloop._scan``) and key search (``otelloop._keys``); everything else
+is in pyproject.toml.
 
 The extension is optional for ``pip install``: where no C compiler is available the install still
 succeeds and otelloop uses the pure-Python reader, which gives the same results more slowly
@@ -43,5 +44,6 @@ class BuildPyWithCommit(build_py):
             Path(self.build_lib, "otelloop", "_commit.txt").write_text(commit + "\n")
 
 
-setup(cmdclass={"build_py": BuildPyWithCommit}, ext_modules=[Extension("otelloop._scan", ["otelloop/_scan.c"], optional=not REQUIRE_NATIVE,
-                             extra_compile_args=["-O2", "-std=c11"])])
+setup(cmdclass={"build_py": BuildPyWithCommit},
+      ext_modules=[Extension(name, [source], optional=not REQUIRE_NATIVE, extra_compile_args=["-O2", "-std=c11"])
+                   for name, source in (("otelloop._scan", "otelloop/_scan.c"), ("otelloop._keys", "otelloop/_keys.c"))])

@@ -44,12 +44,13 @@ from __future__ import annotations
 import functools
 from array import array
 
+from otelloop.keys import find_entry
 from otelloop.mapping import fragments
 from otelloop.mapping.canonical import LEARNABLE, SAYS, hash_bytes, hash_text
 from otelloop.mapping.noise import ClockTable, without_clocks
 from otelloop.mapping.results import ACK, BLANK, FAILED, TRANSIENT, normalise_result
 from otelloop.model import Step
-from otelloop.work import WorkState, batched, find_entry, poll_wait, target_key
+from otelloop.work import WorkState, batched, poll_wait, target_key
 
 #: Distinct results (and written file versions) remembered per session.
 MAX_RESULTS = 48
@@ -346,8 +347,12 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
     paging = False
     if memory is not None and step.arg_tokens and step.args_key is not None:
         handed = memory.tokens or ()
-        if all(t in handed for t in step.arg_tokens):
-            paging = True
+        paging = True
+        for token in step.arg_tokens:  # one or two tokens: a plain loop costs less than a generator
+            if token not in handed:
+                paging = False
+                break
+        if paging:
             step.args_hash = step.args_key
     call = step.args_hash or 0
     leaves = step.leaves

@@ -32,9 +32,9 @@ State per session: :class:`WorkState`, two small integer arrays bounded by :data
 from __future__ import annotations
 
 import functools
-import sys
 from array import array
 
+from otelloop.keys import find_entry
 from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED, TERSE, TRANSIENT
 from otelloop.model import Step
@@ -48,7 +48,6 @@ _MASK64 = (1 << 64) - 1
 _POLL = 3
 #: A form entry: ``[form, first target, first answer, first call, batched]``.
 _FORM = 5
-_WIDTH = array("Q").itemsize
 
 
 class WorkState:
@@ -136,20 +135,3 @@ def target_key(state: WorkState, step: Step, key: int, call: int) -> tuple[int, 
 def fold(key: int, target: int) -> int:
     """A result key with the call's target folded in (a stable hash: replicas agree on keys)."""
     return hash_text(f"target\x1f{key}\x1f{target}") & _MASK64
-
-
-def find_entry(values: array[int], value: int, stride: int = 1) -> int:
-    """Index of the entry (``stride`` values each) whose first value is ``value``, or -1.
-
-    A byte search over the array's memory: ``array.index`` makes an int object of every element it
-    passes, and a loop over the entries in Python was the larger part of the cost of judging a repeated
-    step (here and in ``otelloop.progress``). A match that starts anywhere but at an entry's first value
-    (its bytes straddling two values) is skipped.
-    """
-    raw = values.tobytes()
-    needle = value.to_bytes(_WIDTH, sys.byteorder)
-    entry = _WIDTH * stride
-    pos = raw.find(needle)
-    while pos >= 0 and pos % entry:
-        pos = raw.find(needle, pos + 1)
-    return -1 if pos < 0 else pos // _WIDTH

@@ -22,8 +22,10 @@ import zipfile
 wheels = sorted(pathlib.Path(sys.argv[1]).glob("otelloop-*.whl"))
 if len(wheels) != 1:
     sys.exit(f"expected one otelloop wheel in {sys.argv[1]}, found {[w.name for w in wheels]}")
-native = [n for n in zipfile.ZipFile(wheels[0]).namelist() if n.startswith("otelloop/_scan.") and n.endswith(".so")]
-if not native:
-    sys.exit(f"{wheels[0].name} has no native reader (otelloop/_scan*.so): the image would run the slow reader")
-print(f"{wheels[0].name}: native reader {native[0]}")
+names = zipfile.ZipFile(wheels[0]).namelist()
+for module, what in (("_scan", "native reader"), ("_keys", "native key search")):
+    native = [n for n in names if n.startswith(f"otelloop/{module}.") and n.endswith(".so")]
+    if not native:
+        sys.exit(f"{wheels[0].name} has no {what} (otelloop/{module}*.so): the image would run the slow one")
+    print(f"{wheels[0].name}: {what} {native[0]}")
 PY

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from array import array
 from typing import Any
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from otelloop import progress
 from otelloop.mapping.canonical import hash_text
 from otelloop.mapping.results import ACK, BLANK, FAILED
 from otelloop.model import Step
 from otelloop.progress import MAX_RESULTS
-from otelloop.work import find_entry
 from tests.helpers import make_step
 
 
@@ -208,17 +203,6 @@ def test_a_call_key_equal_to_a_remembered_result_is_not_taken_for_that_call() ->
     assert progress.calls_kept(state) == 2
     assert progress._remember_call(state, result, 9 << 8) == 2
     assert progress._remember_call(state, first, result) == 2
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([0, 1, 2, 0x0100, 0x01_00000000_00000000 >> 8, (1 << 64) - 1, 1 << 63]),
-                max_size=24),
-       st.sampled_from([0, 1, 2, 0x0100, (1 << 64) - 1, 1 << 63]))
-def test_the_byte_search_finds_what_a_scan_of_the_elements_finds(values: list[int], value: int) -> None:
-    """Values whose bytes straddle two elements are not matches."""
-    keys = array("Q", values)
-    expected = values.index(value) if value in values else -1
-    assert find_entry(keys, value) == expected
 
 
 def test_a_step_known_only_by_its_name_is_unjudged() -> None:

@@ -349,8 +349,12 @@ E = TypeVar("E", bound=_Entry)
 
 
 def _drop_until(entries: list[E] | None, horizon: int) -> None:
+    """Drop the entries of steps at or before ``horizon``: the oldest ones, since entries are appended in
+    step order (a sliding window drops one per step, so a loop from the front beats a search)."""
     if entries and entries[0].step <= horizon:
-        keep = next((i for i, e in enumerate(entries) if e.step > horizon), len(entries))
+        keep = 1
+        while keep < len(entries) and entries[keep].step <= horizon:
+            keep += 1
         del entries[:keep]
 
 

@@ -322,9 +322,10 @@ class ClockTable:
           a count of calls no more (learned again only from scratch). A count of work done between two
           polls (rows processed, items fetched) moves by what the work did, not by one per request.
         """
-        at = next((i for i, t in enumerate(self.tools) if t.tool == tool), -1)
-        if at >= 0:
-            entry = self.tools.pop(at)
+        for entry in self.tools:  # a plain loop: a generator costs more than the search, over four tools
+            if entry.tool == tool:
+                self.tools.remove(entry)
+                break
         else:
             entry = ToolClock(tool)
             if len(self.tools) >= MAX_CLOCK_TOOLS:
@@ -343,7 +344,9 @@ class ClockTable:
             old = previous.get(key)
             if old is None:
                 continue
-            fresh |= self._tick(entry, ticks, key, counts_calls(value - old, calls))
+            sign = counts_calls(value - old, calls)
+            if sign:  # a move by one call's worth (most numbers move otherwise, or stay)
+                fresh |= self._tick(entry, ticks, key, sign)
             if old == value:
                 continue
             if tracks_clock(value - old, elapsed):
@@ -367,7 +370,7 @@ class ClockTable:
         entry.call, entry.start_ns, entry.numbers, entry.free, entry.output = call, start_ns, numbers, free, output
         entry.seq = self.seq
         self.tools.append(entry)
-        if not (entry.clocks or entry.jitter or any(map(_counting, ticks.values()))):
+        if not (entry.clocks or entry.jitter or (ticks and any(map(_counting, ticks.values())))):
             return _NOTHING, before  # most tools' numbers: nothing learned
         return {k for k in numbers[::2] if k in entry.clocks or k in entry.jitter or _counting(ticks.get(k, 0))}, before
 

@@ -1,0 +1,53 @@
+"""The search over a session's typed key arrays: where a 64-bit key is in an ``array("Q")``.
+
+The progress tracker (:mod:`otelloop.progress`) and the work memory (:mod:`otelloop.work`) keep their
+keys (result keys, calls, polls, batch forms) as arrays of unsigned 64-bit hashes, 8 bytes a key and no
+int object each, and look one up several times for every judged tool step. :func:`find_entry` is the
+native search (``otelloop/_keys.c``: a loop over the array's memory) where it was built, else
+:func:`find_entry_py`, which gives the same answers (``tests/test_keys.py`` compares them);
+``OTELLOOP_PURE_PYTHON=1`` selects the Python one, as it does the reader's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from collections.abc import Callable
+
+_WIDTH = array("Q").itemsize
+
+
+def find_entry_py(values: array[int], value: int, stride: int = 1) -> int:
+    """Index of the entry (``stride`` values each) whose first value is ``value``, or -1.
+
+    A byte search over the array's memory: ``array.index`` makes an int object of every element it
+    passes. A match that starts anywhere but at an entry's first value (its bytes straddling two values)
+    is skipped.
+    """
+    raw = values.tobytes()
+    needle = value.to_bytes(_WIDTH, sys.byteorder)
+    entry = _WIDTH * stride
+    pos = raw.find(needle)
+    while pos >= 0 and pos % entry:
+        pos = raw.find(needle, pos + 1)
+    return -1 if pos < 0 else pos // _WIDTH
+
+
+def _native() -> Callable[[array[int], int, int], int] | None:
+    """The native search, or None where it was not built or ``OTELLOOP_PURE_PYTHON`` turns it off."""
+    if os.environ.get("OTELLOOP_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from otelloop import _keys
+    except ImportError:  # no C compiler at install time
+        return None
+    return _keys.find_entry
+
+
+_native_find = _native()
+#: The native search is in use.
+NATIVE = _native_find is not None
+#: Index of the entry (``stride`` values each, default 1) whose first value is ``value``, or -1 (see
+#: :func:`find_entry_py`): the native search where it is in use, bound directly (no call in between).
+find_entry: Callable[..., int] = _native_find if _native_find is not None else find_entry_py
