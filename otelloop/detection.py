@@ -109,7 +109,7 @@ class DetectorEngine:
         if session.progress is None:
             session.progress = progress.new_state()
         progress.observe(session.progress, step)
-        if progress.unjudged(step):
+        if step.novel is None and step.kind == "tool":  # progress.unjudged(step), without the call
             session.unjudged += 1
         states = session.states
         if len(states) < self._width:
@@ -136,7 +136,7 @@ class DetectorEngine:
 
     def _plan(self, session: Session, step: Step) -> list[tuple[Callable[..., None], Detector, int]]:
         """What each detector is called with on ``step``: the calm, held or full plan (see above)."""
-        if not self.gate or session.paused or self._watching(session.id):
+        if not self.gate or session.paused or (self._watched and self._watching(session.id)):
             return self._full
         if step.novel:
             return self._calm
@@ -163,8 +163,6 @@ class DetectorEngine:
 
     def _watching(self, session_id: str) -> bool:
         watched = self._watched
-        if not watched:
-            return False
         until = watched.get(session_id)
         if until is None:
             return False

@@ -331,7 +331,8 @@ class ClockTable:
             if len(self.tools) >= MAX_CLOCK_TOOLS:
                 del self.tools[0]
         old_numbers = entry.numbers
-        previous = dict(zip(old_numbers[::2], old_numbers[1::2], strict=True)) if old_numbers else {}
+        pairs = iter(old_numbers)  # key, value, key, value, …
+        previous = dict(zip(pairs, pairs, strict=True)) if old_numbers else {}
         elapsed = start_ns - entry.start_ns
         alike = call == entry.call and free == entry.free
         self.seq += 1
@@ -349,13 +350,13 @@ class ClockTable:
                 fresh |= self._tick(entry, ticks, key, sign)
             if old == value:
                 continue
-            if tracks_clock(value - old, elapsed):
-                if key not in entry.counts:
+            if key not in entry.counts:  # a key seen changing otherwise is never a clock again (nor one now)
+                if tracks_clock(value - old, elapsed):
                     fresh |= _bounded_add(entry.clocks, key)
-            else:
-                if key in entry.clocks:
-                    entry.clocks.remove(key)
-                _bounded_add(entry.counts, key)
+                else:
+                    if key in entry.clocks:
+                        entry.clocks.remove(key)
+                    _bounded_add(entry.counts, key)
             if alike:
                 sign = signs[key] = 1 if value > old else -1
                 if entry.signs.get(key, sign) != sign:
