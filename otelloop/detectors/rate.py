@@ -78,14 +78,17 @@ class RateDetector(Detector):
         elapsed_s = (step.end_ns - state.first_start_ns) / 1e9
         if state.first_start_ns <= 0 or elapsed_s < cfg.min_elapsed or state.spending_steps < cfg.min_steps:
             return
-        if not state.cost_fired:
+        # (the comparisons are made here, not in _check: most steps are under both thresholds)
+        threshold = cfg.cost_usd_per_second
+        if not state.cost_fired and threshold is not None and state.cost_usd / elapsed_s > threshold:
             state.cost_fired = self._check(
                 ctx, "otelloop.cost_rate_exceeded", "otelloop.cost_rate",
-                state.cost_usd / elapsed_s, cfg.cost_usd_per_second, "USD/s")
-        if not state.tokens_fired:
+                state.cost_usd / elapsed_s, threshold, "USD/s")
+        threshold = cfg.output_tokens_per_second
+        if not state.tokens_fired and threshold is not None and state.output_tokens / elapsed_s > threshold:
             state.tokens_fired = self._check(
                 ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity",
-                state.output_tokens / elapsed_s, cfg.output_tokens_per_second, "output tokens/s")
+                state.output_tokens / elapsed_s, threshold, "output tokens/s")
 
     def hold(self, state: RateState, step: Step, ctx: StepContext) -> None:
         """A stopped session's held step: its spend is added, so the totals stay current (the summary,
