@@ -5,7 +5,8 @@ keys (result keys, calls, polls, batch forms) as arrays of unsigned 64-bit hashe
 int object each, and look one up several times for every judged tool step. :func:`find_entry` is the
 native search (``otelloop/_keys.c``: a loop over the array's memory) where it was built, else
 :func:`find_entry_py`, which gives the same answers (``tests/test_keys.py`` compares them);
-``OTELLOOP_PURE_PYTHON=1`` selects the Python one, as it does the reader's.
+``OTELLOOP_PURE_PYTHON=1`` selects the Python one, as it does the reader's; ``otelloop --version`` says
+when the Python one runs although the native reader does.
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ from __future__ import annotations
 import os
 import sys
 from array import array
-from collections.abc import Callable
+from typing import Protocol
 
 _WIDTH = array("Q").itemsize
+
+
+class _Find(Protocol):
+    """What :func:`find_entry` is: a search taking its arguments by position."""
+
+    def __call__(self, values: array[int], value: int, stride: int = 1, /) -> int: ...
 
 
 def find_entry_py(values: array[int], value: int, stride: int = 1) -> int:
@@ -34,7 +41,7 @@ def find_entry_py(values: array[int], value: int, stride: int = 1) -> int:
     return -1 if pos < 0 else pos // _WIDTH
 
 
-def _native() -> Callable[[array[int], int, int], int] | None:
+def _native() -> _Find | None:
     """The native search, or None where it was not built or ``OTELLOOP_PURE_PYTHON`` turns it off."""
     if os.environ.get("OTELLOOP_PURE_PYTHON", "") not in ("", "0"):
         return None
@@ -50,4 +57,5 @@ _native_find = _native()
 NATIVE = _native_find is not None
 #: Index of the entry (``stride`` values each, default 1) whose first value is ``value``, or -1 (see
 #: :func:`find_entry_py`): the native search where it is in use, bound directly (no call in between).
-find_entry: Callable[..., int] = _native_find if _native_find is not None else find_entry_py
+#: Arguments by position only.
+find_entry: _Find = _native_find if _native_find is not None else find_entry_py

@@ -3,6 +3,8 @@ answers, and both give what a scan of the elements gives."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from array import array
 
 import pytest
@@ -61,3 +63,12 @@ def test_the_native_search_refuses_what_is_not_a_key_array() -> None:
         keys.find_entry(b"\x00" * 16, 0)
     with pytest.raises(ValueError, match="stride"):
         keys.find_entry(array("Q", [1]), 1, 0)
+
+
+def test_the_version_says_when_the_key_search_falls_back() -> None:
+    """The image's build checks ``otelloop --version`` for "(native request reader)": a key search that
+    could not be loaded beside a native reader must change that line, or the build would not notice."""
+    hide = ("import sys; sys.modules['otelloop._keys'] = None; sys.argv = ['otelloop', '--version']; "
+            "from otelloop.cli import main; main()")
+    out = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=60)
+    assert "(native request reader, pure-Python key search)" in out.stdout, out.stdout + out.stderr

@@ -349,8 +349,8 @@ E = TypeVar("E", bound=_Entry)
 
 
 def _drop_until(entries: list[E] | None, horizon: int) -> None:
-    """Drop the entries of steps at or before ``horizon``: the oldest ones, since entries are appended in
-    step order (a sliding window drops one per step, so a loop from the front beats a search)."""
+    """Drop the leading entries of steps at or before ``horizon`` (entries are appended in step order, so
+    these are the ones that left the window; a sliding window drops about one per step)."""
     if entries and entries[0].step <= horizon:
         keep = 1
         while keep < len(entries) and entries[keep].step <= horizon:

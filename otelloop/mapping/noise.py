@@ -350,7 +350,7 @@ class ClockTable:
                 fresh |= self._tick(entry, ticks, key, sign)
             if old == value:
                 continue
-            if key not in entry.counts:  # a key seen changing otherwise is never a clock again (nor one now)
+            if key not in entry.counts:  # a key kept as changing otherwise is no clock: nothing to check
                 if tracks_clock(value - old, elapsed):
                     fresh |= _bounded_add(entry.clocks, key)
                 else:
