@@ -347,11 +347,7 @@ def _compare_structure(progress: ProgressState, step: Step) -> int | None:
     paging = False
     if memory is not None and step.arg_tokens and step.args_key is not None:
         handed = memory.tokens or ()
-        paging = True
-        for token in step.arg_tokens:  # one or two tokens: a plain loop costs less than a generator
-            if token not in handed:
-                paging = False
-                break
+        paging = all(map(handed.__contains__, step.arg_tokens))  # no generator for one or two tokens
         if paging:
             step.args_hash = step.args_key
     call = step.args_hash or 0

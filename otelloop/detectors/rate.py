@@ -78,28 +78,27 @@ class RateDetector(Detector):
         elapsed_s = (step.end_ns - state.first_start_ns) / 1e9
         if state.first_start_ns <= 0 or elapsed_s < cfg.min_elapsed or state.spending_steps < cfg.min_steps:
             return
-        # (the comparisons are made here, not in _check: most steps are under both thresholds)
         threshold = cfg.cost_usd_per_second
-        if not state.cost_fired and threshold is not None and state.cost_usd / elapsed_s > threshold:
-            state.cost_fired = self._check(
-                ctx, "otelloop.cost_rate_exceeded", "otelloop.cost_rate",
-                state.cost_usd / elapsed_s, threshold, "USD/s")
+        if not state.cost_fired and threshold is not None:
+            rate = state.cost_usd / elapsed_s
+            if rate > threshold:
+                state.cost_fired = True
+                self._report(ctx, "otelloop.cost_rate_exceeded", "otelloop.cost_rate", rate, threshold, "USD/s")
         threshold = cfg.output_tokens_per_second
-        if not state.tokens_fired and threshold is not None and state.output_tokens / elapsed_s > threshold:
-            state.tokens_fired = self._check(
-                ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity",
-                state.output_tokens / elapsed_s, threshold, "output tokens/s")
+        if not state.tokens_fired and threshold is not None:
+            rate = state.output_tokens / elapsed_s
+            if rate > threshold:
+                state.tokens_fired = True
+                self._report(ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity", rate, threshold,
+                             "output tokens/s")
 
     def hold(self, state: RateState, step: Step, ctx: StepContext) -> None:
         """A stopped session's held step: its spend is added, so the totals stay current (the summary,
         and the rates judged again after a resume), but no rate is judged on it and nothing is raised."""
         _accumulate(state, step)
 
-    def _check(self, ctx: StepContext, event: str, key: str, rate: float, threshold: float | None,
-               unit: str) -> bool:
-        """Report ``rate`` if it is strictly above ``threshold``; returns whether it did."""
-        if threshold is None or not rate > threshold:
-            return False
+    def _report(self, ctx: StepContext, event: str, key: str, rate: float, threshold: float, unit: str) -> None:
+        """Report ``rate``, strictly above ``threshold``."""
         ctx.report(Finding(
             detector=self.name,
             event=event,
@@ -107,7 +106,6 @@ class RateDetector(Detector):
             attributes={key: rate, "otelloop.threshold": threshold},
             message=f"session burns {rate:.4g} {unit}, above the {threshold:g} {unit} threshold",
         ))
-        return True
 
     def summary(self, state: RateState) -> dict[str, Any]:
         return {

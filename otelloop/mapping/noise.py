@@ -322,9 +322,9 @@ class ClockTable:
           a count of calls no more (learned again only from scratch). A count of work done between two
           polls (rows processed, items fetched) moves by what the work did, not by one per request.
         """
-        for entry in self.tools:  # a plain loop: a generator costs more than the search, over four tools
+        for at, entry in enumerate(self.tools):  # a plain loop: a generator costs more, over four tools
             if entry.tool == tool:
-                self.tools.remove(entry)
+                del self.tools[at]
                 break
         else:
             entry = ToolClock(tool)
@@ -377,10 +377,9 @@ class ClockTable:
 
     @staticmethod
     def _tick(entry: ToolClock, ticks: dict[int, int], key: int, sign: int) -> bool:
-        """Count one more move of ``key`` by one call's worth in direction ``sign`` (0: it moved otherwise,
-        or stayed: the row ends) into ``ticks``; True when the key has just become a count of calls."""
-        if not sign:
-            return False
+        """Count one more move of ``key`` by one call's worth in direction ``sign`` (1 or -1) into ``ticks``;
+        True when the key has just become a count of calls. A key that moved otherwise, or stayed, is not
+        passed here: ``ticks`` is made anew for every result, so its row ends."""
         before = entry.ticks.get(key, 0)
         row = before + sign if before * sign > 0 else sign
         if len(ticks) < MAX_CLOCKS:
