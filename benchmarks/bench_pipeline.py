@@ -71,14 +71,18 @@ def start(cmd: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
 
 
 def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int = 0, build: Path | None = None,
-                   judge_stopped: bool = False) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+                   judge_stopped: bool = False, acknowledge: str | None = None
+                   ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """``otelloop serve`` on CPU 0, from the source tree ``build`` (``python -m`` imports the package of its
     working directory) or from the one this script is in; ``judge_stopped``: ``state.hold_stopped_sessions:
-    false`` (by default a stopped session's repeats are held)."""
+    false`` (by default a stopped session's repeats are held); ``acknowledge``: ``receiver.acknowledge``
+    (None: the build's default)."""
     import yaml
 
     config: dict[str, Any] = {"exporter": {"endpoint": upstream, "compression": "none"},
                               "state": {"idle_timeout": "1h", "max_sessions": max(100_000, live_sessions + 10_000)}}
+    if acknowledge is not None:
+        config["receiver"] = {"acknowledge": acknowledge}
     if judge_stopped:
         config["state"]["hold_stopped_sessions"] = False
     if detectors == "none":
@@ -113,13 +117,32 @@ def prefill(target: str, sessions: int) -> None:
             call(build_batch(4 * n, n, seed=10_000 + k, session_base=1_000_000_000 + k), timeout=120)
 
 
-def admin_sessions(admin: str) -> int:
-    """Live sessions as the server reports them (``otelloop_sessions_active`` on the admin ``/metrics``)."""
+def admin_gauge(admin: str, name: str) -> float | None:
+    """A gauge without labels as the server reports it on the admin ``/metrics`` (None: not there)."""
     with urllib.request.urlopen(f"http://{admin}/metrics", timeout=30) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("otelloop_sessions_active "):
-                return int(float(line.split()[1]))
-    raise RuntimeError("otelloop_sessions_active not found on /metrics")
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def admin_sessions(admin: str) -> int:
+    """Live sessions as the server reports them (``otelloop_sessions_active`` on the admin ``/metrics``)."""
+    value = admin_gauge(admin, "otelloop_sessions_active")
+    if value is None:
+        raise RuntimeError("otelloop_sessions_active not found on /metrics")
+    return int(value)
+
+
+def drain(admin: str) -> float:
+    """Wait until the requests answered on receipt are processed (``otelloop_receive_backlog_requests`` is
+    0, or absent: every request is processed before its answer); the seconds waited."""
+    started = time.monotonic()
+    while (admin_gauge(admin, "otelloop_receive_backlog_requests") or 0) > 0:
+        if time.monotonic() - started > LATENCY_MAX_SECONDS:
+            raise RuntimeError("otelloop's backlog did not drain")
+        time.sleep(0.02)
+    return time.monotonic() - started
 
 
 def client(target: str, workload_file: Path, seconds: float, concurrency: int = 4, requests: int | None = None,
@@ -160,7 +183,7 @@ def run_mode(label: str, tmp: Path, workload: Workload, args: argparse.Namespace
     else:
         server, addresses = start_otelloop(tmp, f"grpc://{upstream}", "none" if mode == "mapping" else "all",
                                            args.live_sessions, args.builds[build] if build else None,
-                                           args.judge_stopped)
+                                           args.judge_stopped, args.acknowledge)
         target = addresses["grpc"]
         if args.live_sessions:
             prefill(target, args.live_sessions)
@@ -173,6 +196,8 @@ def run_mode(label: str, tmp: Path, workload: Workload, args: argparse.Namespace
     try:
         cpu0 = cpu_seconds(server.pid)
         result.update(client(target, workload.file, args.seconds, args.concurrency))
+        if mode != "passthrough":  # answered on receipt: the work is done once the backlog is
+            result["seconds"] += drain(addresses["admin"])
         cpu = cpu_seconds(server.pid) - cpu0
         result["spans_per_s"] = result["spans"] / result["seconds"]
         result["server_cpu_us_per_span"] = 1e6 * cpu / max(result["spans"], 1)
@@ -198,8 +223,10 @@ def memory(target: str, admin: str, pid: int, workload: Workload, passes: int) -
     were); the looping workload's grow on every pass, so its RSS growth is no cost per session."""
     n = len(workload.batches)
     client(target, workload.file, 3600, requests=max(1, n // 2))
+    drain(admin)
     rss0, sessions0 = rss_mib(pid), admin_sessions(admin)
     client(target, workload.file, 3600, requests=passes * n)
+    drain(admin)
     time.sleep(0.5)
     rss1, sessions1 = rss_mib(pid), admin_sessions(admin)
     added = sessions1 - sessions0
@@ -353,6 +380,9 @@ def main() -> None:
                     help="run otelloop with state.hold_stopped_sessions: false, every step of a stopped session "
                          "judged (a build without the setting refuses to start)")
     ap.add_argument("--event-clients", type=int, default=0, help="console-like event stream clients")
+    ap.add_argument("--acknowledge", choices=["processed", "received"],
+                    help="run otelloop with this receiver.acknowledge (default: the build's default; a build "
+                         "without the setting refuses to start)")
     ap.add_argument("--builds", default="",
                     help="NAME=DIR,NAME=DIR: run otelloop's modes from each of these source trees (built in place), "
                          "alternating within every round, e.g. before=/work/main,after=.")

@@ -98,13 +98,17 @@ class AdminAPI:
         allow_remote_without_token: with no admin token, serve session data to non-loopback clients too.
         events: the event stream hub (None: a private one with default bounds).
         max_concurrent_lists: session lists computed at once (``otelloop.listing``).
+        settled: awaited before sessions or alerts are read or a session commanded: returns once the
+            requests received before are processed (``receiver.acknowledge: received``); None: state is
+            always current.
     """
 
     def __init__(self, pipeline: Pipeline, ready: Callable[[], tuple[bool, str]], token: str | None = None,
                  read_localhost_only: bool = False, *, agent_token: str | None = None,
                  allow_remote_without_token: bool = False, events: EventHub | None = None,
-                 max_concurrent_lists: int = 2) -> None:
+                 max_concurrent_lists: int = 2, settled: Callable[[], Awaitable[None]] | None = None) -> None:
         self.pipeline = pipeline
+        self.settled = settled
         self.ready = ready
         self.token = token.encode() if token else None
         self.agent_token = agent_token.encode() if agent_token else None
@@ -250,6 +254,17 @@ class AdminAPI:
 
     # -- sessions ----------------------------------------------------------------------------------
 
+    async def _settle(self) -> None:
+        """Return once the requests received before this one are processed (when requests are answered on
+        receipt), so a client reads state that includes the steps it sent."""
+        if self.settled is not None:
+            await self.settled()
+
+    async def _find_settled(self, request: web.Request) -> Session:
+        """:meth:`_find` after :meth:`_settle`."""
+        await self._settle()
+        return self._find(request)
+
     def _find(self, request: web.Request) -> Session:
         session = self.pipeline.session_for(request.match_info["id"])
         if session is None:
@@ -265,6 +280,7 @@ class AdminAPI:
         offset = _int_param(request, "offset", 0, 0, 10_000_000)
         query = request.query.get("q", "")[:MAX_QUERY_CHARS]
         with_findings = _bool_param(request, "findings", True)
+        await self._settle()
 
         async def render() -> bytes:  # in slices, a few lists at a time (otelloop.listing)
             views = self._views()
@@ -329,7 +345,7 @@ class AdminAPI:
 
     async def _session(self, request: web.Request) -> web.Response:
         self.check_session_access(request)
-        session = self._find(request)
+        session = await self._find_settled(request)
         body = self._brief(session, self._views(), evidence=True)
         body["evidence"] = _redact_tree(self.pipeline.engine.summaries(session))
         body["votes"] = {d: {"verdict": v, "reason": r, "message": m}
@@ -344,6 +360,7 @@ class AdminAPI:
         """Sessions with a ``warn``, ``loop`` or ``stop`` finding, each once, newest alert first."""
         self.check_session_access(request)
         limit = _int_param(request, "limit", 50, 1, 1000)
+        await self._settle()
 
         def render() -> dict[str, Any]:
             views = self._views()
@@ -367,14 +384,14 @@ class AdminAPI:
             full = True
         else:
             full = self.may_read(request)
-        session = self._find(request)
+        session = await self._find_settled(request)
         message = session.message if full else GENERIC_MESSAGES.get(session.verdict, "")
         return web.json_response({"verdict": session.verdict, "reason": session.reason, "message": message},
                                  headers=_NO_STORE)
 
     async def _pause(self, request: web.Request) -> web.Response:
         self._check_write(request)
-        session = self._find(request)
+        session = await self._find_settled(request)
         before = session.verdict
         session.pause()
         self._changed(session, before)
@@ -382,7 +399,7 @@ class AdminAPI:
 
     async def _resume(self, request: web.Request) -> web.Response:
         self._check_write(request)
-        session = self._find(request)
+        session = await self._find_settled(request)
         before = session.verdict
         session.resume()
         self._changed(session, before)
@@ -392,7 +409,7 @@ class AdminAPI:
         """Take a session off the alerts list until its next alerting finding (a write, guarded as
         pause and resume are)."""
         self._check_write(request)
-        session = self._find(request)
+        session = await self._find_settled(request)
         session.acked_ms = max(int(time.time() * 1000), alert_summary(session)[1])
         self._writes += 1
         return web.json_response({"acknowledged_unix_ms": session.acked_ms}, headers=_NO_STORE)

@@ -185,12 +185,25 @@ class ReceiverConfig(_Section):
         http: the OTLP/HTTP listener.
         auth: bearer-token authentication of both listeners.
         tls: TLS (and mTLS) on the listeners.
+        acknowledge: when a client gets its answer. ``received``: once the request is read and valid,
+            its spans counted and room for them reserved in the export queue (about a millisecond);
+            mapping, detection and enrichment follow in arrival order, and the verdict, session and
+            command endpoints first wait for the requests received before them (up to 5 s), so an agent
+            still reads a verdict that includes the steps it sent. Invalid spans are still refused in
+            the answer. ``processed``: once the request is mapped, detected, enriched and in the export
+            queue, so the answer takes as long as detection does (tens of milliseconds for 512 steps).
+            A request answered but not yet processed is lost if the process is killed (a clean shutdown
+            processes it), as the in-memory export queue's requests are; so ``received`` cannot be
+            combined with ``exporter.persistent_dir``, whose requests survive a crash. ``auto``:
+            ``processed`` with ``exporter.persistent_dir``, else ``received``. Read at start. Default:
+            ``auto``.
     """
 
     grpc: GrpcEndpointConfig = GrpcEndpointConfig()
     http: HttpEndpointConfig = HttpEndpointConfig()
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()
+    acknowledge: Literal["auto", "processed", "received"] = "auto"
 
 
 class ExporterTLSConfig(_Section):
@@ -571,6 +584,15 @@ class Config(_Section):
         return self._profile
 
     @property
+    def acknowledge(self) -> Literal["processed", "received"]:
+        """``receiver.acknowledge`` as it applies: ``auto`` answers on receipt unless the export queue is
+        persistent."""
+        ack = self.receiver.acknowledge
+        if ack == "auto":
+            return "processed" if self.exporter.persistent_dir else "received"
+        return ack
+
+    @property
     def holds_stopped_sessions(self) -> bool:
         """``state.hold_stopped_sessions`` as it applies: when unset, on except under the seed profile."""
         hold = self.state.hold_stopped_sessions
@@ -799,6 +821,9 @@ def _cross_checks(cfg: Config) -> list[str]:
             parse_upstream(ex.endpoint, ex.protocol)
         except ValueError as e:
             errors.append(f"exporter.endpoint: {e}, got {_json(ex.endpoint)}")
+    if cfg.receiver.acknowledge == "received" and ex.persistent_dir:
+        errors.append("receiver.acknowledge: received cannot be combined with exporter.persistent_dir (a "
+                      "request acknowledged before it is on disk would not survive a crash); use processed")
     if ex.retry_max_interval < ex.retry_initial_interval:
         errors.append("exporter.retry_max_interval: must be >= exporter.retry_initial_interval")
     tls = cfg.receiver.tls

@@ -57,6 +57,9 @@ CHUNK_BYTES = 1 << 20
 CHUNK_SPANS = 8192
 #: Steps detected (or spans mapped) between two checkpoints.
 CHECKPOINT_STEPS = 64
+#: Spans mapped between two checkpoints of :meth:`Pipeline.map_scan`: mapping a tool step with its
+#: arguments and result takes up to about 0.1 ms, so 16 keep a slice near a millisecond.
+MAP_CHECKPOINT_SPANS = 16
 #: Steps of one session folded into its totals between two checkpoints.
 _ACCOUNT_SLICE = 8192
 
@@ -101,6 +104,29 @@ class Decoded:
             self.session_ids = list(dict.fromkeys(item[1].session for item in self.steps))
             self.session_ids += [trace for trace, _ in self.joined]
         return self.session_ids
+
+
+@dataclass(slots=True)
+class Scan:
+    """A request the native reader has read, not yet mapped (:meth:`Pipeline.read`).
+
+    Attributes:
+        data: the request, without the spans left out as invalid.
+        spans: spans kept.
+        errors: fields of attributes that had the wrong type, so far.
+        invalid: the reason of each span left out because OTLP calls its ids invalid.
+        map_span: the mapping to apply (the one in force when the request was read).
+        resources: the request's resources, as the reader hands them over.
+        infos: what the reader handed over of each kept span (None: not a step).
+    """
+
+    data: bytes
+    spans: int
+    errors: list[str]
+    invalid: list[str]
+    map_span: Callable[..., Step | None]
+    resources: list[scan.Resource] = field(default_factory=list)
+    infos: list[SpanInfo | None] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -206,9 +232,7 @@ class Pipeline:
         bound = min(x for x in (chunk_bytes, span_limit, len(data)) if x is not None)
         if len(data) <= bound:
             steps, spans, errors, kept, invalid = _read(scanner, map_span, data, 0)
-            steps.sort(key=_start_time)
-            return Decoded(kept, spans, steps, errors, invalid=invalid,
-                           joined=self.joins.join(steps) if self.joins is not None else [])
+            return self._decoded(Scan(kept, spans, errors, invalid, map_span), steps)
         too_large: list[tuple[Position, int]] = []
 
         def oversized(index: int, span: bytes, size: int) -> bytes | None:
@@ -257,6 +281,40 @@ class Pipeline:
                     yield
         return Decoded(data, base, steps, errors, kept_chunks, too_large,
                        list(sessions) + [trace for trace, _ in joined], invalid, joined)
+
+    def read(self, data: bytes) -> Scan:
+        """Only the first part of :meth:`decode`, for a request no larger than :data:`CHUNK_BYTES` nor than
+        the upstream's limit: the native reader's pass, which validates the request, counts its spans and
+        leaves out those with invalid ids, at a few percent of the cost of mapping them
+        (:meth:`map_scan`). No state changes.
+
+        Raises:
+            InvalidRequest: the bytes are not a valid request.
+        """
+        resources, infos, errors, kept, invalid = _scanned(self.scanner, data)
+        return Scan(kept, len(infos), errors, invalid, self.mapper.map_span, resources, infos)
+
+    def map_scan(self, scanned: Scan) -> Generator[None, None, Decoded]:
+        """The rest of :meth:`decode` for a request :meth:`read` read: its spans mapped to steps (with the
+        mapping in force when it was read), a checkpoint every :data:`MAP_CHECKPOINT_SPANS` spans."""
+        resources, infos, map_span = scanned.resources, scanned.infos, scanned.map_span
+        errors = scanned.errors
+        steps: list[Item] = []
+        for start in range(0, len(infos), MAP_CHECKPOINT_SPANS):
+            for i in range(start, min(start + MAP_CHECKPOINT_SPANS, len(infos))):
+                info = infos[i]
+                if info is not None:
+                    step = map_span(info, resources[info.resource], errors)
+                    if step is not None:
+                        steps.append((i, step, info))
+            yield
+        return self._decoded(scanned, steps)
+
+    def _decoded(self, scanned: Scan, steps: list[Item]) -> Decoded:
+        """A request read whole, with its steps in processing order (trace joins noted)."""
+        steps.sort(key=_start_time)
+        return Decoded(scanned.data, scanned.spans, steps, scanned.errors, invalid=scanned.invalid,
+                       joined=self.joins.join(steps) if self.joins is not None else [])
 
     # -- phase 2: detect and enrich ----------------------------------------------------------------
 

@@ -136,7 +136,7 @@ class Service:
             self.pipeline.finding_sinks.append(print_finding)
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
         self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded,
-                             self.memory.in_flight)
+                             self.memory.in_flight, acknowledge=cfg.acknowledge)
         auth = BearerAuth(receiver_tokens(cfg))
         tls = cfg.receiver.tls
         self.grpc = GrpcReceiver(self.ingest, cfg.receiver.grpc.endpoint,
@@ -152,7 +152,7 @@ class Service:
         admin = AdminAPI(self.pipeline, self.readiness, admin_token(cfg), cfg.admin.read_localhost_only,
                          agent_token=agent_token(cfg),
                          allow_remote_without_token=cfg.admin.allow_remote_without_token, events=self.events,
-                         max_concurrent_lists=cfg.admin.max_concurrent_lists)
+                         max_concurrent_lists=cfg.admin.max_concurrent_lists, settled=self.ingest.settled)
         self.addresses["admin"] = await self._serve(admin.app, cfg.admin.endpoint,
                                                     client_certs=cfg.admin.require_client_cert,
                                                     cancel_on_disconnect=True, name="the admin API")

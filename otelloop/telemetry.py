@@ -259,7 +259,15 @@ METRICS: tuple[MetricSpec, ...] = (
                attribute="export_duration", buckets=_LATENCY_BUCKETS),
     MetricSpec("otelloop_request_duration_seconds", "histogram", ("transport",),
                "Time spent inside otelloop per received request.",
+               "Until the client's answer: with `receiver.acknowledge: received`, the reading and checking "
+               "of the request, not its processing.",
                attribute="request_duration", buckets=_LATENCY_BUCKETS),
+    MetricSpec("otelloop_receive_backlog_requests", "gauge", (),
+               "Requests answered on receipt and not yet processed.",
+               "Only with `receiver.acknowledge: received`: requests wait here in arrival order for mapping, "
+               "detection and enrichment. Growing without end means detection cannot keep up; the budget "
+               "of bytes in flight (`limits.memory_mib`) and the export queue's room then push back on "
+               "clients.", attribute="receive_backlog_requests"),
     MetricSpec("otelloop_steps", "counter", ("kind", "service"),
                "Agent steps recognised, by kind and service.", attribute="steps"),
     MetricSpec("otelloop_steps_unjudged", "counter", ("service",),
@@ -405,6 +413,7 @@ class Metrics:
     export_queue_capacity: Gauge
     export_duration: Histogram
     request_duration: Histogram
+    receive_backlog_requests: Gauge
     steps: Counter
     steps_unjudged: Counter
     findings: Counter

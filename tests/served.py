@@ -103,8 +103,21 @@ class Served:
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         return http_call("GET", f"http://{self.admin}{path}", headers=headers)
 
+    def settle(self, timeout: float = 30) -> None:
+        """Wait until the requests answered on receipt are processed (``/metrics`` is not made to wait for
+        them, as the sessions API is)."""
+        deadline = time.monotonic() + timeout
+        while self._sample("otelloop_receive_backlog_requests", None) > 0:
+            assert time.monotonic() < deadline, "otelloop's backlog did not drain"
+            time.sleep(0.01)
+
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """One sample from ``/metrics`` (0 when absent)."""
+        """One sample from ``/metrics`` (0 when absent), once the requests answered on receipt before
+        are processed."""
+        self.settle()
+        return self._sample(name, labels)
+
+    def _sample(self, name: str, labels: dict[str, str] | None) -> float:
         from prometheus_client.parser import text_string_to_metric_families
 
         _, body = self.get("/metrics")

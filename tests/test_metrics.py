@@ -25,6 +25,7 @@ CONTRACT = {
     "otelloop_export_queue_capacity_spans": set(),
     "otelloop_export_duration_seconds": {"outcome"},
     "otelloop_request_duration_seconds": {"transport"},
+    "otelloop_receive_backlog_requests": set(),
     "otelloop_steps_total": {"kind", "service"},
     "otelloop_steps_unjudged_total": {"service"},
     "otelloop_findings_total": {"detector", "finding", "severity", "service"},

@@ -18,6 +18,10 @@ from sinks import GrpcSink, HttpSink
 from spans import attrs_of, parse, request, span, tool_span
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+#: The tests marked with it run with either setting of ``receiver.acknowledge``: a client answered on
+#: receipt sees the same service as one answered once its request is processed.
+BOTH_ACKNOWLEDGEMENTS = pytest.mark.parametrize("acknowledge", ["processed", "received"])
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
@@ -53,13 +57,14 @@ def sdk_provider(transport: str, endpoint: str, service: str):  # type: ignore[n
     return provider
 
 
+@BOTH_ACKNOWLEDGEMENTS
 @pytest.mark.parametrize("client", ["grpc", "http"])
 @pytest.mark.parametrize("upstream", ["grpc", "http"])
 def test_sdk_exporters_through_otelloop_deliver_every_span(serve: Any, grpc_sink: GrpcSink, http_sink: HttpSink,
-                                                          client: str, upstream: str) -> None:
+                                                          client: str, upstream: str, acknowledge: str) -> None:
     sink = grpc_sink if upstream == "grpc" else http_sink
     url = f"grpc://127.0.0.1:{grpc_sink.port}" if upstream == "grpc" else f"http://127.0.0.1:{http_sink.port}"
-    o = serve({"exporter": {"endpoint": url, "compression": "gzip"}})
+    o = serve({"exporter": {"endpoint": url, "compression": "gzip"}, "receiver": {"acknowledge": acknowledge}})
     provider = sdk_provider(client, o.grpc if client == "grpc" else o.http, "e2e-agent")
     tracer = provider.get_tracer("e2e")
     sent: set[str] = set()
@@ -86,9 +91,12 @@ def test_sdk_exporters_through_otelloop_deliver_every_span(serve: Any, grpc_sink
     wait_for(lambda: o.metric("otelloop_spans_exported_total") == 120, what="exported counter")
 
 
+@BOTH_ACKNOWLEDGEMENTS
 @pytest.mark.parametrize("client", ["grpc", "http"])
-def test_unchanged_requests_arrive_byte_identical(serve: Any, grpc_sink: GrpcSink, client: str) -> None:
-    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}", "compression": "none"}})
+def test_unchanged_requests_arrive_byte_identical(serve: Any, grpc_sink: GrpcSink, client: str,
+                                                  acknowledge: str) -> None:
+    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}", "compression": "none"},
+               "receiver": {"acknowledge": acknowledge}})
     data = request(span("GET /health", {"http.method": "GET"}), span("SELECT", {"db.system": "postgresql"}))
     if client == "grpc":
         grpc_export(o.grpc, data)
@@ -125,9 +133,12 @@ def _status(body: bytes, content_type: str = "protobuf") -> status_pb2.Status:
     return status_pb2.Status.FromString(body)
 
 
-def test_bad_input_gets_clear_errors_and_the_service_stays_healthy(serve: Any, grpc_sink: GrpcSink) -> None:
+@BOTH_ACKNOWLEDGEMENTS
+def test_bad_input_gets_clear_errors_and_the_service_stays_healthy(serve: Any, grpc_sink: GrpcSink,
+                                                                   acknowledge: str) -> None:
     o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}"},
-               "receiver": {"grpc": {"max_request_mib": 1}, "http": {"max_request_mib": 1}}})
+               "receiver": {"grpc": {"max_request_mib": 1}, "http": {"max_request_mib": 1},
+                            "acknowledge": acknowledge}})
     url = f"http://{o.http}/v1/traces"
     # malformed protobuf
     err = grpc_error(o.grpc, b"\x0a\xff\xff\xff\xff\x0f")
@@ -195,10 +206,12 @@ def _fill_until_refused(o: Served, batch: int, trace_base: int) -> tuple[list[st
     return accepted, grpc_refusal, http_refusal
 
 
-def test_upstream_down_then_back_loses_nothing_accepted(serve: Any, loop: BackgroundLoop) -> None:
+@BOTH_ACKNOWLEDGEMENTS
+def test_upstream_down_then_back_loses_nothing_accepted(serve: Any, loop: BackgroundLoop, acknowledge: str) -> None:
     port = free_port()
     o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{port}", "queue_spans": 500,
-                            "retry_initial_interval": "50ms", "retry_max_interval": "200ms", "timeout": "2s"}})
+                            "retry_initial_interval": "50ms", "retry_max_interval": "200ms", "timeout": "2s"},
+               "receiver": {"acknowledge": acknowledge}})
     accepted, grpc_refusal, (status, headers, _body) = _fill_until_refused(o, 50, 1 << 40)
     assert grpc_refusal.code() == grpc.StatusCode.UNAVAILABLE
     trailers = dict(grpc_refusal.trailing_metadata() or ())
@@ -217,11 +230,12 @@ def test_upstream_down_then_back_loses_nothing_accepted(serve: Any, loop: Backgr
         loop.run(sink.stop())
 
 
-def test_sigterm_with_a_full_queue_drains_it(serve: Any, loop: BackgroundLoop) -> None:
+@BOTH_ACKNOWLEDGEMENTS
+def test_sigterm_with_a_full_queue_drains_it(serve: Any, loop: BackgroundLoop, acknowledge: str) -> None:
     port = free_port()
     o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{port}", "queue_spans": 400,
                             "retry_initial_interval": "50ms", "retry_max_interval": "100ms",
-                            "shutdown_grace": "20s"}})
+                            "shutdown_grace": "20s"}, "receiver": {"acknowledge": acknowledge}})
     accepted, _, _ = _fill_until_refused(o, 40, 1 << 41)
     sink = loop.run(GrpcSink(port=port).start())
     try:
@@ -232,10 +246,13 @@ def test_sigterm_with_a_full_queue_drains_it(serve: Any, loop: BackgroundLoop) -
         loop.run(sink.stop())
 
 
-def test_sigterm_exits_as_soon_as_the_queue_is_delivered(serve: Any, grpc_sink: GrpcSink) -> None:
+@BOTH_ACKNOWLEDGEMENTS
+def test_sigterm_exits_as_soon_as_the_queue_is_delivered(serve: Any, grpc_sink: GrpcSink, acknowledge: str) -> None:
     """The grace period bounds the drain, it is not waited out: with the upstream answering, SIGTERM ends
-    the process once every accepted span is delivered (well inside a 60 s grace; the margin is generous)."""
-    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}", "shutdown_grace": "60s"}})
+    the process once every accepted span is delivered (well inside a 60 s grace; the margin is generous).
+    Answered on receipt, the request is processed first."""
+    o = serve({"exporter": {"endpoint": f"grpc://127.0.0.1:{grpc_sink.port}", "shutdown_grace": "60s"},
+               "receiver": {"acknowledge": acknowledge}})
     sent = [tool_span(trace=91, i=i) for i in range(20)]
     grpc_export(o.grpc, request(*sent))
     o.signal(signal.SIGTERM)

@@ -36,17 +36,19 @@ also given back in slices, for the same reason.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hmac
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from otelloop.logs import ThrottledLog
-from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline
+from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline, Position, Scan
 from otelloop.pipeline import run as run_steps
+from otelloop.receiver.backlog import Backlog
 from otelloop.resources import InFlight, Ticket
 from otelloop.telemetry import Metrics
 
@@ -69,6 +71,14 @@ SLICE_SECONDS = 0.01
 #: A request with at most this many steps (and read in one chunk) is processed in one go: even with every
 #: detector busy on every step that stays within a few tens of milliseconds.
 INLINE_STEPS = 512
+
+#: Longest stretch of processing of a request answered on receipt before the event loop gets a turn:
+#: short, because a request arriving meanwhile waits that long for its answer.
+BACKLOG_SLICE_SECONDS = 0.001
+
+#: Longest wait of the verdict and session endpoints for the requests received before them
+#: (``acknowledge: received``); after it they answer with the state as it is.
+SETTLE_SECONDS = 5.0
 
 #: Copies of a request's bytes its processing holds besides the request itself: the decoded chunks and
 #: the enriched parts for the upstream (measured: about 1 each for a request of 1.6 MB).
@@ -196,7 +206,8 @@ class Ingest:
     """
 
     def __init__(self, pipeline: Pipeline, exporter: Exporter | None, metrics: Metrics,
-                 overloaded: Callable[[], str | None] = lambda: None, in_flight: InFlight | None = None) -> None:
+                 overloaded: Callable[[], str | None] = lambda: None, in_flight: InFlight | None = None,
+                 acknowledge: Literal["processed", "received"] = "processed") -> None:
         self.pipeline = pipeline
         self.exporter = exporter
         self.metrics = metrics
@@ -207,6 +218,9 @@ class Ingest:
         self._large: LargeRequests | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._throttled = ThrottledLog(log)
+        #: requests answered on receipt, processed in arrival order (``acknowledge: received``), else None
+        self.backlog = (Backlog(metrics.receive_backlog_requests.set) if acknowledge == "received"
+                        else None)
 
     def ticket(self) -> Ticket:
         """A ticket for a request about to be read (see :meth:`charge`)."""
@@ -239,9 +253,22 @@ class Ingest:
             self.metrics.request_duration.labels(transport).observe(time.perf_counter() - started)
 
     async def wait_idle(self, timeout: float) -> None:
-        """Wait (up to ``timeout`` seconds) for requests whose processing has begun to finish."""
+        """Wait (up to ``timeout`` seconds) for requests whose processing has begun, and those answered on
+        receipt, to finish."""
+        deadline = time.monotonic() + timeout
+        if self.backlog is not None:
+            if not await self.backlog.join(timeout):
+                log.error("shutdown: %d requests acknowledged on receipt were not processed within %.0fs "
+                          "and were dropped", len(self.backlog), timeout)
+            self.backlog.close()
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=max(timeout, 0.0))
+            await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0.0))
+
+    async def settled(self) -> None:
+        """Wait until the requests answered on receipt before this call are processed (at most
+        :data:`SETTLE_SECONDS`), so state read next includes them; returns at once without a backlog."""
+        if self.backlog is not None and len(self.backlog):
+            await self.backlog.settled(SETTLE_SECONDS)
 
     # -- admission ---------------------------------------------------------------------------------
 
@@ -251,6 +278,14 @@ class Ingest:
         self.charge(ticket, received + PROCESSING_COPIES * len(data), "processing")
         exporter = self.exporter
         span_limit = exporter.max_request_bytes if exporter is not None else None
+        if self.backlog is not None:
+            if len(data) <= min(CHUNK_BYTES, span_limit or CHUNK_BYTES):
+                return self._receive(data, transport, ticket)
+            return await self._in_turn(self._process(data, transport, ticket, span_limit), ticket)
+        return await self._process(data, transport, ticket, span_limit)
+
+    async def _process(self, data: bytes, transport: str, ticket: Ticket, span_limit: int | None) -> Accepted:
+        """Decode, check and process a request, answering once it is processed (and queued for export)."""
         if len(data) <= CHUNK_BYTES:
             decoded = self._decode_inline(data, span_limit)
             return await self._admit(decoded, transport, None, ticket)
@@ -276,6 +311,25 @@ class Ingest:
         except InvalidRequest as e:
             raise Refusal("invalid", str(e)) from None
 
+    def _check(self, spans: int, nbytes: int, too_large: list[tuple[Position, int]], invalid: list[str],
+               transport: str) -> tuple[Accepted, Reservation | None]:
+        """Checks on a request read whole, before anything changes: spans refused inside it, memory, and room
+        in the export queue (reserved here). Raises :class:`Refusal`."""
+        refused = _refused_inside(too_large, invalid)
+        rejected = sum(count for _, count, _ in refused)
+        self.metrics.spans_received.labels(transport).inc(spans + rejected)
+        if refused:
+            self._refuse_spans(spans, refused, transport)
+        shed = self.overloaded()
+        if shed is not None:
+            raise Refusal("backpressure", shed, spans)
+        reservation = None
+        if self.exporter is not None:
+            reservation = self.exporter.reserve(spans, nbytes)
+            if reservation is None:
+                raise Refusal("backpressure", "export queue is full; retry later", spans)
+        return Accepted(spans, rejected, "; ".join(message for _, _, message in refused)), reservation
+
     async def _admit(self, decoded: Decoded, transport: str, large: LargeRequests | None,
                      ticket: Ticket) -> Accepted:
         """Checks on a decoded request, then its processing (in one go, or in a task of its own).
@@ -285,20 +339,8 @@ class Ingest:
         """
         handed_over = False
         try:
-            refused = _refused_inside(decoded)
-            rejected = sum(count for _, count, _ in refused)
-            self.metrics.spans_received.labels(transport).inc(decoded.spans + rejected)
-            if refused:
-                self._refuse_spans(decoded, refused, transport)
-            shed = self.overloaded()
-            if shed is not None:
-                raise Refusal("backpressure", shed, decoded.spans)
-            reservation = None
-            if self.exporter is not None:
-                reservation = self.exporter.reserve(decoded.spans, len(decoded.data))
-                if reservation is None:
-                    raise Refusal("backpressure", "export queue is full; retry later", decoded.spans)
-            accepted = Accepted(decoded.spans, rejected, "; ".join(message for _, _, message in refused))
+            accepted, reservation = self._check(decoded.spans, len(decoded.data), decoded.too_large,
+                                                decoded.invalid, transport)
             if (large is None and len(decoded.steps) <= INLINE_STEPS
                     and not (self.gate.busy and self.gate.conflicts(decoded.sessions()))):
                 await self._commit_inline(decoded, reservation)
@@ -315,7 +357,7 @@ class Ingest:
             if large is not None and not handed_over:
                 large.release()
 
-    def _refuse_spans(self, decoded: Decoded, refused: list[tuple[RefusalReason, int, str]], transport: str) -> None:
+    def _refuse_spans(self, spans: int, refused: list[tuple[RefusalReason, int, str]], transport: str) -> None:
         """Spans too large for the upstream even alone, or with invalid ids: refused inside an otherwise
         accepted request (an OTLP partial success), or the whole request when it holds nothing else (then
         with the last reason, counted by the receiver with the refusal)."""
@@ -323,12 +365,77 @@ class Ingest:
             self._throttled(reason, logging.WARNING, f"refused {count} spans to a client over {transport}: "
                                                      f"{message}")
         *counted, (last_reason, last_count, _) = refused
-        if decoded.spans != 0:
+        if spans != 0:
             counted.append((last_reason, last_count, ""))
         for reason, count, _ in counted:
             self.metrics.spans_refused.labels(transport, reason).inc(count)
-        if decoded.spans == 0:
+        if spans == 0:
             raise Refusal(last_reason, "; ".join(message for _, _, message in refused), last_count)
+
+    # -- answered on receipt (acknowledge: received) ------------------------------------------------
+
+    def _receive(self, data: bytes, transport: str, ticket: Ticket) -> Accepted:
+        """Read and check a request, queue its processing behind the requests received before it, and
+        answer: the reader's pass is all the answer waits for."""
+        assert self.backlog is not None
+        try:
+            scanned = self.pipeline.read(data)
+        except InvalidRequest as e:
+            raise Refusal("invalid", str(e)) from None
+        accepted, reservation = self._check(scanned.spans, len(scanned.data), [], scanned.invalid, transport)
+        ticket.hold()
+        self.backlog.add(functools.partial(self._process_received, scanned, reservation, ticket))
+        return accepted
+
+    async def _process_received(self, scanned: Scan, reservation: Reservation | None, ticket: Ticket) -> None:
+        """Map, detect, enrich and queue a request answered on receipt. It was promised delivery, so if its
+        processing fails it goes upstream as it came; if even the queue will not take it (only at
+        shutdown) its spans are counted as lost and logged."""
+        exporter = self.exporter
+        try:
+            try:
+                decoded = await drive(self.pipeline.map_scan(scanned), BACKLOG_SLICE_SECONDS)
+                processed = await drive(self.pipeline.process_steps(decoded), BACKLOG_SLICE_SECONDS)
+                parts = (await drive(exporter.prepare(processed), BACKLOG_SLICE_SECONDS)
+                         if exporter is not None else [])
+            except Exception:
+                log.exception("processing a request acknowledged on receipt failed; forwarding it as it came")
+                parts = [(scanned.data, scanned.spans)]
+            if exporter is not None and not await exporter.offer_parts_async(parts, reservation):
+                self.metrics.spans_export_failed.labels("shutdown").inc(scanned.spans)
+                log.error("export queue is closed: %d spans acknowledged on receipt were dropped", scanned.spans)
+        finally:
+            ticket.close()
+            if reservation is not None and exporter is not None:
+                exporter.release(reservation)
+
+    async def _in_turn(self, processing: Coroutine[Any, Any, Accepted], ticket: Ticket) -> Accepted:
+        """Run a request that is answered only once processed (one read in chunks) in its turn behind those
+        answered on receipt, and answer with its outcome. If its client goes away before its turn comes,
+        it is skipped (that client had no answer and will send it again)."""
+        assert self.backlog is not None
+        outcome: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
+
+        async def job() -> None:
+            try:
+                if outcome.done():  # the client went away while the request waited
+                    processing.close()
+                    return
+                result = await processing
+            except BaseException as e:
+                if not outcome.done():
+                    outcome.set_exception(e)
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+            else:
+                if not outcome.done():
+                    outcome.set_result(result)
+            finally:
+                ticket.close()
+
+        ticket.hold()  # the processing may outlive the handler, whose receiver closes the ticket
+        self.backlog.add(job)
+        return await outcome
 
     # -- processing --------------------------------------------------------------------------------
 
@@ -396,31 +503,32 @@ class Ingest:
             refusal.spans if refusal.spans is not None else 1)
 
 
-def _refused_inside(decoded: Decoded) -> list[tuple[RefusalReason, int, str]]:
-    """(reason, spans, message) of the spans of a decoded request that were left out of it."""
+def _refused_inside(too_large: list[tuple[Position, int]], invalid: list[str]
+                    ) -> list[tuple[RefusalReason, int, str]]:
+    """(reason, spans, message) of the spans of a request read whole that were left out of it."""
     out: list[tuple[RefusalReason, int, str]] = []
-    if decoded.too_large:
-        out.append(("too_large", len(decoded.too_large), _too_large_message(decoded)))
-    if decoded.invalid:
-        out.append(("invalid", len(decoded.invalid), _invalid_message(decoded)))
+    if too_large:
+        out.append(("too_large", len(too_large), _too_large_message(too_large)))
+    if invalid:
+        out.append(("invalid", len(invalid), _invalid_message(invalid)))
     return out
 
 
-def _invalid_message(decoded: Decoded) -> str:
+def _invalid_message(invalid: list[str]) -> str:
     """Says how many spans had invalid ids and why, most frequent reason first (a bounded text: the
     reasons are a handful of fixed forms)."""
-    count = len(decoded.invalid)
+    count = len(invalid)
     spans = "1 span has" if count == 1 else f"{count} spans have"
     reasons = ", ".join(f"{reason} ({n})" if count > 1 else reason
-                        for reason, n in Counter(decoded.invalid).most_common(3))
-    more = ", …" if len(set(decoded.invalid)) > 3 else ""
+                        for reason, n in Counter(invalid).most_common(3))
+    more = ", …" if len(set(invalid)) > 3 else ""
     return (f"{spans} invalid ids: {reasons}{more} (OTLP requires a 16-byte trace_id and an 8-byte span_id, "
             f"not all zero)")
 
 
-def _too_large_message(decoded: Decoded) -> str:
-    largest = max(size for _, size in decoded.too_large)
-    spans = "1 span is" if len(decoded.too_large) == 1 else f"{len(decoded.too_large)} spans are"
+def _too_large_message(too_large: list[tuple[Position, int]]) -> str:
+    largest = max(size for _, size in too_large)
+    spans = "1 span is" if len(too_large) == 1 else f"{len(too_large)} spans are"
     return (f"{spans} too large for the upstream even alone (largest {largest} bytes with its resource and "
             f"scope; exporter.max_request_mib allows fewer)")
 

@@ -35,6 +35,7 @@ def _llm_steps(services: list[str], models: int, trace_base: int) -> bytes:
 
 
 def _scrape(o: Any) -> tuple[list[Any], int, float]:
+    o.settle()
     started = time.perf_counter()
     status, body = o.get("/metrics")
     took = time.perf_counter() - started

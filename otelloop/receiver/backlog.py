@@ -1,0 +1,106 @@
+"""Requests answered before they are processed, processed one after another in arrival order.
+
+With ``receiver.acknowledge: received`` a client's answer does not wait for mapping and detection: the
+receiver reads and checks the request, reserves room for it in the export queue, hands its processing
+to the :class:`Backlog` and answers. One worker task then runs the backlog's jobs strictly in the order
+they were added, so every session still sees its steps in the order they arrived, with no claims between
+requests.
+
+Whoever reads detector state on behalf of a client (the verdict endpoint) first awaits :meth:`settled`:
+it returns once every job added before the call is done, so an agent that sent its steps and then asks
+for its verdict reads one that includes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+#: One request's processing; it handles its own errors (an exception escaping it is logged).
+Job = Callable[[], Awaitable[None]]
+
+
+class Backlog:
+    """A first-in, first-out queue of jobs run by one worker task, started with the first job.
+
+    Args:
+        on_size: called with the number of jobs not yet done whenever it changes (for a gauge).
+    """
+
+    def __init__(self, on_size: Callable[[int], None] = lambda jobs: None) -> None:
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._added = 0  # jobs added so far; a job's number is the count when it was added
+        self._done = 0  # jobs finished so far (they finish in the order they were added)
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._on_size = on_size
+
+    def __len__(self) -> int:
+        """Jobs added and not yet done (the one running included)."""
+        return self._added - self._done
+
+    def add(self, job: Job) -> None:
+        """Queue ``job`` behind every job added before it."""
+        if self._worker is None:
+            self._wake = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name="otelloop-backlog")
+        self._jobs.append(job)
+        self._added += 1
+        self._on_size(len(self))
+        assert self._wake is not None
+        self._wake.set()
+
+    async def settled(self, timeout: float) -> bool:
+        """Wait until every job added before this call is done, for at most ``timeout`` seconds; whether
+        they all are."""
+        target = self._added
+        if self._done >= target:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, waiter))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def join(self, timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds) until the backlog is empty; whether it is."""
+        return await self.settled(max(timeout, 0.0))
+
+    def close(self) -> None:
+        """Stop the worker (jobs still queued are not run: :meth:`join` first)."""
+        if self._worker is not None:
+            self._worker.cancel()
+            self._worker = None
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self._jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            job = self._jobs[0]
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a job handles its own errors; anything else must not stop the worker
+                log.exception("processing a request acknowledged on receipt failed")
+            self._jobs.popleft()
+            self._done += 1
+            self._on_size(len(self))
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        waiters, done = self._waiters, self._done
+        while waiters and waiters[0][0] <= done:
+            _, waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
