@@ -187,9 +187,9 @@ class ReceiverConfig(_Section):
         tls: TLS (and mTLS) on the listeners.
         acknowledge: when a client gets its answer. ``received``: once the request is read and valid,
             its spans counted and room for them reserved in the export queue (about a millisecond);
-            mapping, detection and enrichment follow in arrival order, and the verdict, session and
-            command endpoints first wait for the requests received before them (up to 5 s), so an agent
-            still reads a verdict that includes the steps it sent. Invalid spans are still refused in
+            mapping, detection and enrichment follow in arrival order, and the sessions API (sessions,
+            verdicts, alerts, commands) first waits for the requests received before it (up to 5 s), so
+            an agent still reads a verdict that includes the steps it sent. Invalid spans are still refused in
             the answer. ``processed``: once the request is mapped, detected, enriched and in the export
             queue, so the answer takes as long as detection does (tens of milliseconds for 512 steps).
             A request answered but not yet processed is lost if the process is killed (a clean shutdown
@@ -197,6 +197,10 @@ class ReceiverConfig(_Section):
             combined with ``exporter.persistent_dir``, whose requests survive a crash. ``auto``:
             ``processed`` with ``exporter.persistent_dir``, else ``received``. Read at start. Default:
             ``auto``.
+        backlog_spans: with ``acknowledge: received``, how many spans answered on receipt may wait for
+            processing; while that many wait, clients are asked to retry (a request is taken whatever
+            its size while fewer wait). At about 0.1 ms a span with every detector on, the default is
+            under two seconds of work. Read at start. Default: 16384.
     """
 
     grpc: GrpcEndpointConfig = GrpcEndpointConfig()
@@ -204,6 +208,7 @@ class ReceiverConfig(_Section):
     auth: AuthConfig = AuthConfig()
     tls: TLSConfig = TLSConfig()
     acknowledge: Literal["auto", "processed", "received"] = "auto"
+    backlog_spans: int = Field(16_384, ge=1)
 
 
 class ExporterTLSConfig(_Section):

@@ -17,6 +17,7 @@ reader walks more than one chunk, and the steps of all chunks are merged back in
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -115,7 +116,8 @@ class Scan:
         spans: spans kept.
         errors: fields of attributes that had the wrong type, so far.
         invalid: the reason of each span left out because OTLP calls its ids invalid.
-        map_span: the mapping to apply (the one in force when the request was read).
+        map_span: the mapping in force when the request was read.
+        scanner: the reader it was read with (a reload replaces both).
         resources: the request's resources, as the reader hands them over.
         infos: what the reader handed over of each kept span (None: not a step).
     """
@@ -125,6 +127,7 @@ class Scan:
     errors: list[str]
     invalid: list[str]
     map_span: Callable[..., Step | None]
+    scanner: scan.Scanner
     resources: list[scan.Resource] = field(default_factory=list)
     infos: list[SpanInfo | None] = field(default_factory=list)
 
@@ -232,7 +235,7 @@ class Pipeline:
         bound = min(x for x in (chunk_bytes, span_limit, len(data)) if x is not None)
         if len(data) <= bound:
             steps, spans, errors, kept, invalid = _read(scanner, map_span, data, 0)
-            return self._decoded(Scan(kept, spans, errors, invalid, map_span), steps)
+            return self._decoded(Scan(kept, spans, errors, invalid, map_span, scanner), steps)
         too_large: list[tuple[Position, int]] = []
 
         def oversized(index: int, span: bytes, size: int) -> bytes | None:
@@ -292,11 +295,14 @@ class Pipeline:
             InvalidRequest: the bytes are not a valid request.
         """
         resources, infos, errors, kept, invalid = _scanned(self.scanner, data)
-        return Scan(kept, len(infos), errors, invalid, self.mapper.map_span, resources, infos)
+        return Scan(kept, len(infos), errors, invalid, self.mapper.map_span, self.scanner, resources, infos)
 
     def map_scan(self, scanned: Scan) -> Generator[None, None, Decoded]:
-        """The rest of :meth:`decode` for a request :meth:`read` read: its spans mapped to steps (with the
-        mapping in force when it was read), a checkpoint every :data:`MAP_CHECKPOINT_SPANS` spans."""
+        """The rest of :meth:`decode` for a request :meth:`read` read: its spans mapped to steps, a
+        checkpoint every :data:`MAP_CHECKPOINT_SPANS` spans. A request read before the configuration was
+        reloaded is read again first, so its reading, mapping and detection follow one configuration."""
+        if scanned.scanner is not self.scanner:
+            scanned = dataclasses.replace(self.read(scanned.data), invalid=scanned.invalid)
         resources, infos, map_span = scanned.resources, scanned.infos, scanned.map_span
         errors = scanned.errors
         steps: list[Item] = []

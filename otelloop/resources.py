@@ -166,7 +166,8 @@ class Ticket:
     def add(self, nbytes: int) -> bool:
         """Charge ``nbytes`` more; False (and nothing charged) when that would take the requests in flight
         over their budget. A request alone in flight is always taken while the export queue is within the
-        budget, so a request larger than the budget is not refused forever."""
+        budget, so a request larger than the budget is not refused forever (requests answered on receipt
+        and waiting for processing are in flight too: they are soon done)."""
         owner = self._owner
         budget = owner.budget()
         if budget is not None and nbytes > 0:

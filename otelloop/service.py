@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,8 @@ class Service:
             self.pipeline.finding_sinks.append(print_finding)
         self.metrics.observe_state(lambda: len(self.pipeline.store), self.pipeline.verdict_counts)
         self.ingest = Ingest(self.pipeline, self.exporter, self.metrics, self.memory.overloaded,
-                             self.memory.in_flight, acknowledge=cfg.acknowledge)
+                             self.memory.in_flight, acknowledge=cfg.acknowledge,
+                             backlog_spans=cfg.receiver.backlog_spans)
         auth = BearerAuth(receiver_tokens(cfg))
         tls = cfg.receiver.tls
         self.grpc = GrpcReceiver(self.ingest, cfg.receiver.grpc.endpoint,
@@ -245,6 +247,7 @@ class Service:
         if hasattr(self, "ingest"):
             self.ingest.draining = True
         grace = self.config.exporter.shutdown_grace
+        deadline = time.monotonic() + grace  # one grace for the requests in processing and the queue
         if self.grpc is not None:
             await self.grpc.stop(min(grace, 5.0))
         if self.events is not None:
@@ -252,11 +255,11 @@ class Service:
         for runner in self._runners:
             await runner.cleanup()
         if hasattr(self, "ingest"):
-            await self.ingest.wait_idle(grace)  # requests whose processing began finish and are queued
+            await self.ingest.wait_idle(deadline - time.monotonic())  # requests being processed are queued
         for task in self._tasks:
             task.cancel()
         if self.exporter is not None:
-            left = await self.exporter.shutdown(grace)
+            left = await self.exporter.shutdown(max(deadline - time.monotonic(), 0.0))
             if left:
                 log.error("shutdown: %d spans could not be delivered within %.0fs and were dropped", left, grace)
         log.info("otelloop stopped")

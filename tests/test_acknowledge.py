@@ -205,18 +205,31 @@ async def test_settled_waits_only_for_jobs_added_before_it() -> None:
     release = asyncio.Event()
     ran: list[int] = []
 
-    async def job(n: int) -> None:
-        await release.wait()
-        ran.append(n)
+    class Job:
+        def __init__(self, n: int) -> None:
+            self.n, self.spans = n, n
 
-    backlog.add(lambda: job(1))
+        async def run(self) -> None:
+            await release.wait()
+            ran.append(self.n)
+
+        def drop(self) -> None:
+            ran.append(-self.n)
+
+    backlog.add(Job(1))
     assert not await backlog.settled(0.05), "the first job is still waiting"
     waiting = asyncio.create_task(backlog.settled(5))
-    backlog.add(lambda: job(2))
+    backlog.add(Job(2))
+    assert backlog.spans == 3
     release.set()
     assert await waiting and ran[0] == 1
-    assert await backlog.join(5) and ran == [1, 2] and len(backlog) == 0
-    backlog.close()
+    assert await backlog.join(5) and ran == [1, 2] and len(backlog) == 0 and backlog.spans == 0
+    release.clear()
+    backlog.add(Job(3))
+    backlog.add(Job(4))
+    await asyncio.sleep(0)  # the third is running (waiting inside)
+    assert await backlog.close() == 1, "the running job is cancelled, the fourth dropped"
+    assert ran == [1, 2, -4] and len(backlog) == 0 and backlog.spans == 0
 
 
 def test_answering_on_receipt_cannot_be_combined_with_the_persistent_queue(tmp_path: Path) -> None:
@@ -283,3 +296,76 @@ def test_an_agent_answered_on_receipt_reads_state_that_includes_its_steps(serve:
     assert check_verdict(f"http://{o.admin}", trace_id=trace_id, timeout=10).verdict == "stop"
     provider.shutdown()
     assert o.metric("otelloop_receive_backlog_requests") == 0
+
+
+async def test_a_full_backlog_refuses_before_reading_and_takes_again_once_worked_off() -> None:
+    """While ``backlog_spans`` spans wait, a request is refused retryably before it is even read (the
+    bytes below would be refused as invalid if they were read); a request is taken whatever its size
+    while fewer wait."""
+    pipeline, exporter, ingest = service("received", backlog_spans=50)
+    for trace in (31, 32):  # 0 then 40 spans waiting: both taken, 80 wait
+        await ingest.handle(request(*[tool_span(trace=trace, i=i) for i in range(40)]), "grpc")
+    assert ingest.backlog is not None and ingest.backlog.spans == 80
+    with pytest.raises(Refusal) as refused:
+        await ingest.handle(b"\x0a\xff\xff\xff", "grpc")
+    assert refused.value.reason == "backpressure" and "detection is behind" in refused.value.message
+    await ingest.settled()
+    assert ingest.backlog.spans == 0
+    await ingest.handle(request(*[tool_span(trace=33, i=i) for i in range(60)]), "grpc")
+    await ingest.wait_idle(5)
+    assert pipeline.store.get(f"{33:032x}").steps == 60
+    await exporter.shutdown(0)
+
+
+async def test_shutdown_drops_what_still_waits_counted_and_gives_everything_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A grace too short for the backlog: the requests answered on receipt and not processed are counted
+    as lost, a large request still waiting for its turn is refused retryably (its client had no answer),
+    and every byte and every reserved span is given back."""
+    in_flight = InFlight(lambda: 1 << 30)
+    pipeline, exporter, ingest = service("received", in_flight=in_flight)
+    large = asyncio.create_task(ingest.handle(identical(20_000, trace=45), "grpc"))
+    assert ingest.backlog is not None
+    while ingest.backlog._added < 1:
+        await asyncio.sleep(0)
+    for trace in range(40, 44):  # answered, behind the large request
+        await ingest.handle(request(*[tool_span(trace=trace, i=i) for i in range(25)]), "grpc")
+    with caplog.at_level(logging.ERROR):
+        await ingest.wait_idle(0)
+    assert pipeline.metrics.spans_export_failed.labels("shutdown")._value.get() == 100
+    assert all(pipeline.store.get(f"{trace:032x}") is None for trace in range(40, 44))
+    with pytest.raises(Refusal) as refused:
+        await large
+    assert refused.value.reason == "backpressure" and "shutting down" in refused.value.message
+    await asyncio.gather(*ingest._tasks)  # processing the large request had begun: it goes on
+    assert in_flight.nbytes == 0 and exporter._reserved_spans == 0 and exporter._reservations == 0
+    assert len(ingest.backlog) == 0 and pipeline.metrics.receive_backlog_requests._value.get() == 0
+    assert "acknowledged on receipt were dropped" in caplog.text
+    await exporter.shutdown(0)
+
+
+async def test_an_empty_request_holding_a_reservation_keeps_an_oversized_one_out() -> None:
+    """The export queue takes a request larger than its capacity only when nothing else is queued or
+    reserved; a reservation of an empty request counts (it would be queued first)."""
+    cfg = build_config({"exporter": {"endpoint": UPSTREAM, "queue_spans": 10}}, env={})
+    exporter = build_exporter(cfg.exporter, Pipeline(cfg).metrics)
+    assert exporter is not None
+    empty = exporter.reserve(0, 20)
+    assert empty is not None and exporter.reserve(30, 3000) is None
+    exporter.release(empty)
+    exporter.release(empty)  # a second release changes nothing
+    alone = exporter.reserve(30, 3000)
+    assert alone is not None and exporter.offer_parts([(b"x" * 3000, 30)], alone)
+    await exporter.shutdown(0)
+
+
+def test_a_request_read_before_a_reload_is_read_again_with_the_new_configuration() -> None:
+    from otelloop.pipeline import run
+
+    pipeline = Pipeline()
+    data = identical(5, trace=46)
+    scanned = pipeline.read(data)
+    pipeline.reconfigure(build_config({"mapping": {"rules": [{"span_name": "read_file", "kind": "ignore"}]}},
+                                      env={}))
+    assert run(pipeline.map_scan(scanned)).steps == [] == pipeline.decode(data).steps
+    assert len(Pipeline().decode(data).steps) == 5

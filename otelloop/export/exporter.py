@@ -76,6 +76,7 @@ class Reservation:
 
     spans: int
     nbytes: int
+    held: bool = True
 
 #: While an outage lasts, a reminder is logged this often (seconds) besides its start and end.
 OUTAGE_REMINDER_INTERVAL = 300.0
@@ -168,6 +169,7 @@ class Exporter:
         self._max_batch_bytes = min(int(cfg.max_batch_mib * _MIB), self.max_request_bytes)
         self._reserved_spans = 0
         self._reserved_bytes = 0
+        self._reservations = 0
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -199,7 +201,7 @@ class Exporter:
         """Whether :meth:`offer` would take a request of this size now (checked before processing it)."""
         if self._closing:
             return False
-        if not self._reserved_spans:
+        if not self._reservations:  # (a reservation of an empty request holds no span, but holds the head)
             return self._queue.has_room(spans, nbytes)
         spans += self._reserved_spans
         return (self._queue.has_room(spans, nbytes + self._reserved_bytes)
@@ -212,14 +214,17 @@ class Exporter:
             return None
         self._reserved_spans += spans
         self._reserved_bytes += nbytes
+        self._reservations += 1
         return Reservation(spans, nbytes)
 
     def release(self, reservation: Reservation) -> None:
         """Give back the room of a reservation (after :meth:`offer_parts`, or when the request failed)."""
-        if reservation.spans or reservation.nbytes:
+        if reservation.held:
             self._reserved_spans -= reservation.spans
             self._reserved_bytes -= reservation.nbytes
+            self._reservations -= 1
             reservation.spans = reservation.nbytes = 0
+            reservation.held = False
 
     def offer(self, data: bytes, spans: int) -> bool:
         """Queue a serialized ExportTraceServiceRequest holding ``spans`` spans.

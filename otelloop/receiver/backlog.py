@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
-#: One request's processing; it handles its own errors (an exception escaping it is logged).
-Job = Callable[[], Awaitable[None]]
+class Job(Protocol):
+    """One request's processing, run in its turn or dropped unrun (at shutdown)."""
+
+    #: spans it holds (0 while unknown: a request read only in its turn)
+    spans: int
+
+    async def run(self) -> None:
+        """Process the request; it handles its own errors (an exception escaping it is logged)."""
+
+    def drop(self) -> None:
+        """The request will not be processed: give back what it holds, and count and log what is lost."""
 
 
 class Backlog:
@@ -35,6 +46,7 @@ class Backlog:
         self._jobs: collections.deque[Job] = collections.deque()
         self._added = 0  # jobs added so far; a job's number is the count when it was added
         self._done = 0  # jobs finished so far (they finish in the order they were added)
+        self._spans = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -44,6 +56,11 @@ class Backlog:
         """Jobs added and not yet done (the one running included)."""
         return self._added - self._done
 
+    @property
+    def spans(self) -> int:
+        """Spans of the jobs not yet done (as far as known when they were added)."""
+        return self._spans
+
     def add(self, job: Job) -> None:
         """Queue ``job`` behind every job added before it."""
         if self._worker is None:
@@ -51,6 +68,7 @@ class Backlog:
             self._worker = asyncio.get_running_loop().create_task(self._run(), name="otelloop-backlog")
         self._jobs.append(job)
         self._added += 1
+        self._spans += job.spans
         self._on_size(len(self))
         assert self._wake is not None
         self._wake.set()
@@ -73,11 +91,18 @@ class Backlog:
         """Wait (up to ``timeout`` seconds) until the backlog is empty; whether it is."""
         return await self.settled(max(timeout, 0.0))
 
-    def close(self) -> None:
-        """Stop the worker (jobs still queued are not run: :meth:`join` first)."""
+    async def close(self) -> int:
+        """Stop the worker: the job running is cancelled (it accounts for itself), every job still
+        queued is dropped; returns how many jobs were not done. :meth:`join` first to lose none."""
         if self._worker is not None:
             self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
             self._worker = None
+        left = len(self._jobs)
+        while self._jobs:
+            self._finish(self._jobs.popleft()).drop()
+        return left
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -88,19 +113,22 @@ class Backlog:
                 continue
             job = self._jobs[0]
             try:
-                await job()
+                await job.run()
             except asyncio.CancelledError:
+                self._finish(self._jobs.popleft())
                 raise
             except Exception:  # a job handles its own errors; anything else must not stop the worker
                 log.exception("processing a request acknowledged on receipt failed")
-            self._jobs.popleft()
-            self._done += 1
-            self._on_size(len(self))
-            self._wake_waiters()
+            self._finish(self._jobs.popleft())
 
-    def _wake_waiters(self) -> None:
+    def _finish(self, job: Job) -> Job:
+        """Count ``job`` done (run, cancelled or dropped) and wake whoever waited for it."""
+        self._done += 1
+        self._spans -= job.spans
+        self._on_size(len(self))
         waiters, done = self._waiters, self._done
         while waiters and waiters[0][0] <= done:
             _, waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+        return job

@@ -93,7 +93,7 @@ class GrpcReceiver:
             if not self.auth.check(md.get("authorization")):
                 self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        with self.ingest.ticket() as ticket:  # given back before answering: the client may send at once
+        with self.ingest.ticket() as ticket:  # given back on answering (unless processing holds it on)
             try:
                 self.ingest.charge(ticket, len(request), "a request received")
                 outcome: Accepted | Refusal = await self.ingest.handle(request, "grpc", ticket)

@@ -36,7 +36,6 @@ also given back in slices, for the same reason.
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import hmac
 import logging
@@ -203,11 +202,15 @@ class Ingest:
         metrics: counters for received/refused spans and request durations.
         overloaded: returns a reason when the process must shed load (memory limit), else None.
         in_flight: the bytes requests in flight hold, against their budget (default: no budget).
+        acknowledge: ``received`` to answer requests on receipt and process them afterwards in a
+            :class:`~otelloop.receiver.backlog.Backlog`; ``processed`` to answer once processed.
+        backlog_spans: with ``received``, how many spans may wait for processing before clients are asked
+            to retry.
     """
 
     def __init__(self, pipeline: Pipeline, exporter: Exporter | None, metrics: Metrics,
                  overloaded: Callable[[], str | None] = lambda: None, in_flight: InFlight | None = None,
-                 acknowledge: Literal["processed", "received"] = "processed") -> None:
+                 acknowledge: Literal["processed", "received"] = "processed", backlog_spans: int = 16_384) -> None:
         self.pipeline = pipeline
         self.exporter = exporter
         self.metrics = metrics
@@ -221,6 +224,7 @@ class Ingest:
         #: requests answered on receipt, processed in arrival order (``acknowledge: received``), else None
         self.backlog = (Backlog(metrics.receive_backlog_requests.set) if acknowledge == "received"
                         else None)
+        self.backlog_spans = backlog_spans
 
     def ticket(self) -> Ticket:
         """A ticket for a request about to be read (see :meth:`charge`)."""
@@ -254,13 +258,15 @@ class Ingest:
 
     async def wait_idle(self, timeout: float) -> None:
         """Wait (up to ``timeout`` seconds) for requests whose processing has begun, and those answered on
-        receipt, to finish."""
+        receipt, to finish; those answered on receipt and still waiting then are dropped, counted and
+        logged."""
         deadline = time.monotonic() + timeout
         if self.backlog is not None:
-            if not await self.backlog.join(timeout):
-                log.error("shutdown: %d requests acknowledged on receipt were not processed within %.0fs "
-                          "and were dropped", len(self.backlog), timeout)
-            self.backlog.close()
+            await self.backlog.join(timeout)
+            if await self.backlog.close():
+                log.error("shutdown: the requests still waiting for processing after %.0fs were dropped "
+                          "(counted in otelloop_spans_export_failed_total{reason=\"shutdown\"} when they "
+                          "had been answered; the others were refused retryably)", timeout)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0.0))
 
@@ -275,6 +281,8 @@ class Ingest:
     async def _handle(self, data: bytes, transport: str, ticket: Ticket, received: int) -> Accepted:
         if self.draining:
             raise Refusal("backpressure", "otelloop is shutting down; retry against another replica")
+        if self.backlog is not None:
+            self._check_backlog()
         self.charge(ticket, received + PROCESSING_COPIES * len(data), "processing")
         exporter = self.exporter
         span_limit = exporter.max_request_bytes if exporter is not None else None
@@ -283,6 +291,18 @@ class Ingest:
                 return self._receive(data, transport, ticket)
             return await self._in_turn(self._process(data, transport, ticket, span_limit), ticket)
         return await self._process(data, transport, ticket, span_limit)
+
+    def _check_backlog(self) -> None:
+        """Refuse retryably, before reading the request, while the backlog holds its fill of spans (a
+        request is taken whatever its size while the backlog holds fewer, so none is refused forever)."""
+        assert self.backlog is not None
+        waiting = self.backlog.spans
+        if waiting < self.backlog_spans:
+            return
+        self._throttled("backlog", logging.WARNING,
+                        f"detection is behind: {waiting} spans answered on receipt wait for processing "
+                        f"(receiver.backlog_spans: {self.backlog_spans}); refusing new requests retryably")
+        raise Refusal("backpressure", "detection is behind; retry later")
 
     async def _process(self, data: bytes, transport: str, ticket: Ticket, span_limit: int | None) -> Accepted:
         """Decode, check and process a request, answering once it is processed (and queued for export)."""
@@ -384,58 +404,17 @@ class Ingest:
             raise Refusal("invalid", str(e)) from None
         accepted, reservation = self._check(scanned.spans, len(scanned.data), [], scanned.invalid, transport)
         ticket.hold()
-        self.backlog.add(functools.partial(self._process_received, scanned, reservation, ticket))
+        self.backlog.add(_Received(self, scanned, reservation, ticket))
         return accepted
-
-    async def _process_received(self, scanned: Scan, reservation: Reservation | None, ticket: Ticket) -> None:
-        """Map, detect, enrich and queue a request answered on receipt. It was promised delivery, so if its
-        processing fails it goes upstream as it came; if even the queue will not take it (only at
-        shutdown) its spans are counted as lost and logged."""
-        exporter = self.exporter
-        try:
-            try:
-                decoded = await drive(self.pipeline.map_scan(scanned), BACKLOG_SLICE_SECONDS)
-                processed = await drive(self.pipeline.process_steps(decoded), BACKLOG_SLICE_SECONDS)
-                parts = (await drive(exporter.prepare(processed), BACKLOG_SLICE_SECONDS)
-                         if exporter is not None else [])
-            except Exception:
-                log.exception("processing a request acknowledged on receipt failed; forwarding it as it came")
-                parts = [(scanned.data, scanned.spans)]
-            if exporter is not None and not await exporter.offer_parts_async(parts, reservation):
-                self.metrics.spans_export_failed.labels("shutdown").inc(scanned.spans)
-                log.error("export queue is closed: %d spans acknowledged on receipt were dropped", scanned.spans)
-        finally:
-            ticket.close()
-            if reservation is not None and exporter is not None:
-                exporter.release(reservation)
 
     async def _in_turn(self, processing: Coroutine[Any, Any, Accepted], ticket: Ticket) -> Accepted:
         """Run a request that is answered only once processed (one read in chunks) in its turn behind those
-        answered on receipt, and answer with its outcome. If its client goes away before its turn comes,
-        it is skipped (that client had no answer and will send it again)."""
+        answered on receipt, and answer with its outcome."""
         assert self.backlog is not None
-        outcome: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
-
-        async def job() -> None:
-            try:
-                if outcome.done():  # the client went away while the request waited
-                    processing.close()
-                    return
-                result = await processing
-            except BaseException as e:
-                if not outcome.done():
-                    outcome.set_exception(e)
-                if isinstance(e, asyncio.CancelledError):
-                    raise
-            else:
-                if not outcome.done():
-                    outcome.set_result(result)
-            finally:
-                ticket.close()
-
+        job = _InTurn(processing, ticket)
         ticket.hold()  # the processing may outlive the handler, whose receiver closes the ticket
         self.backlog.add(job)
-        return await outcome
+        return await job.outcome
 
     # -- processing --------------------------------------------------------------------------------
 
@@ -501,6 +480,95 @@ class Ingest:
         """Count a refusal; spans of a request that did not decode are counted as one."""
         self.metrics.spans_refused.labels(transport, refusal.reason).inc(
             refusal.spans if refusal.spans is not None else 1)
+
+
+class _Received:
+    """The processing of a request answered on receipt (a :class:`~otelloop.receiver.backlog.Job`)."""
+
+    def __init__(self, ingest: Ingest, scanned: Scan, reservation: Reservation | None, ticket: Ticket) -> None:
+        self.ingest = ingest
+        self.scanned = scanned
+        self.reservation = reservation
+        self.ticket = ticket
+        self.spans = scanned.spans
+
+    async def run(self) -> None:
+        """Map, detect, enrich and queue the request. It was promised delivery, so if its processing fails
+        it goes upstream as it came; what even the queue will not take (only at shutdown) is counted as
+        lost and logged."""
+        ingest, exporter, scanned = self.ingest, self.ingest.exporter, self.scanned
+        try:
+            try:
+                decoded = await drive(ingest.pipeline.map_scan(scanned), BACKLOG_SLICE_SECONDS)
+                processed = await drive(ingest.pipeline.process_steps(decoded), BACKLOG_SLICE_SECONDS)
+                parts = (await drive(exporter.prepare(processed), BACKLOG_SLICE_SECONDS)
+                         if exporter is not None else [])
+            except Exception:
+                log.exception("processing a request acknowledged on receipt failed; forwarding it as it came")
+                parts = [(scanned.data, scanned.spans)]
+            if exporter is not None and not await exporter.offer_parts_async(parts, self.reservation):
+                self._lost("the export queue refused them")
+        except asyncio.CancelledError:
+            self._lost("shutdown came while they were processed")
+            raise
+        finally:
+            self._give_back()
+
+    def drop(self) -> None:
+        self._lost("shutdown came before they were processed")
+        self._give_back()
+
+    def _lost(self, why: str) -> None:
+        self.ingest.metrics.spans_export_failed.labels("shutdown").inc(self.spans)
+        log.error("%d spans acknowledged on receipt were dropped: %s", self.spans, why)
+
+    def _give_back(self) -> None:
+        self.ticket.close()
+        exporter = self.ingest.exporter
+        if self.reservation is not None and exporter is not None:
+            exporter.release(self.reservation)
+
+
+class _InTurn:
+    """A request answered only once processed, waiting for its turn in the backlog (a
+    :class:`~otelloop.receiver.backlog.Job`); its handler awaits :attr:`outcome`."""
+
+    spans = 0  # not known before it is read
+
+    def __init__(self, processing: Coroutine[Any, Any, Accepted], ticket: Ticket) -> None:
+        self.processing = processing
+        self.ticket = ticket
+        self.outcome: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> None:
+        outcome = self.outcome
+        try:
+            if outcome.done():  # its handler was cancelled while it waited (a gRPC client went away)
+                self.processing.close()
+                return
+            result = await self.processing
+        except asyncio.CancelledError:  # shutdown; processing already begun goes on in its own task
+            self._refuse()
+            raise
+        except BaseException as e:
+            if not outcome.done():
+                outcome.set_exception(e)
+        else:
+            if not outcome.done():
+                outcome.set_result(result)
+        finally:
+            self.ticket.close()
+
+    def drop(self) -> None:
+        self.processing.close()
+        self.ticket.close()
+        self._refuse()
+
+    def _refuse(self) -> None:
+        """Its client is told to send it again (it was not answered, so nothing was promised)."""
+        if not self.outcome.done():
+            self.outcome.set_exception(Refusal("backpressure", "otelloop is shutting down; retry against "
+                                                               "another replica"))
 
 
 def _refused_inside(too_large: list[tuple[Position, int]], invalid: list[str]
