@@ -93,14 +93,15 @@ async def closed_loop(call: grpc.aio.UnaryUnaryMultiCallable, source: Callable[[
     async def worker() -> None:
         while time.perf_counter() < end and next(left, None) is not None:
             data = source()
-            try:
-                await call(data, timeout=60)
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                acked["refused"] += 1
-                await asyncio.sleep(0.01)
-                continue
+            while True:  # a refused request is sent again, as an OTLP exporter retries it
+                try:
+                    await call(data, timeout=60)
+                    break
+                except grpc.aio.AioRpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    acked["refused"] += 1
+                    await asyncio.sleep(0.01)
             acked["requests"] += 1
             acked["spans"] += spans
 

@@ -264,10 +264,11 @@ METRICS: tuple[MetricSpec, ...] = (
                attribute="request_duration", buckets=_LATENCY_BUCKETS),
     MetricSpec("otelloop_receive_backlog_requests", "gauge", (),
                "Requests answered on receipt and not yet processed.",
-               "Only with `receiver.acknowledge: received`: requests wait here in arrival order for mapping, "
-               "detection and enrichment. Growing without end means detection cannot keep up; the budget "
-               "of bytes in flight (`limits.memory_mib`) and the export queue's room then push back on "
-               "clients.", attribute="receive_backlog_requests"),
+               "With `receiver.acknowledge: received` (the default without a persistent queue): requests "
+               "wait here in arrival order for mapping, detection and enrichment. Near zero at moderate "
+               "load; when `receiver.backlog_spans` spans wait, detection is behind and clients are asked "
+               "to retry (`otelloop_spans_refused_total{reason=\"backpressure\"}`).",
+               attribute="receive_backlog_requests"),
     MetricSpec("otelloop_steps", "counter", ("kind", "service"),
                "Agent steps recognised, by kind and service.", attribute="steps"),
     MetricSpec("otelloop_steps_unjudged", "counter", ("service",),

@@ -45,7 +45,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from otelloop.logs import ThrottledLog
-from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline, Position, Scan
+from otelloop.pipeline import CHUNK_BYTES, Decoded, InvalidRequest, Pipeline, Position
 from otelloop.pipeline import run as run_steps
 from otelloop.receiver.backlog import Backlog
 from otelloop.resources import InFlight, Ticket
@@ -404,7 +404,7 @@ class Ingest:
             raise Refusal("invalid", str(e)) from None
         accepted, reservation = self._check(scanned.spans, len(scanned.data), [], scanned.invalid, transport)
         ticket.hold()
-        self.backlog.add(_Received(self, scanned, reservation, ticket))
+        self.backlog.add(_Received(self, scanned.data, scanned.spans, reservation, ticket))
         return accepted
 
     async def _in_turn(self, processing: Coroutine[Any, Any, Accepted], ticket: Ticket) -> Accepted:
@@ -483,29 +483,35 @@ class Ingest:
 
 
 class _Received:
-    """The processing of a request answered on receipt (a :class:`~otelloop.receiver.backlog.Job`)."""
+    """The processing of a request answered on receipt (a :class:`~otelloop.receiver.backlog.Job`).
 
-    def __init__(self, ingest: Ingest, scanned: Scan, reservation: Reservation | None, ticket: Ticket) -> None:
+    It holds the request's bytes only (without the spans refused for invalid ids), not what the reader
+    made of them at receipt: the reader runs again in its turn (about 2 µs a span), which keeps a waiting
+    request at the size it came in and gives the garbage collector nothing to visit while it waits.
+    """
+
+    def __init__(self, ingest: Ingest, data: bytes, spans: int, reservation: Reservation | None,
+                 ticket: Ticket) -> None:
         self.ingest = ingest
-        self.scanned = scanned
+        self.data = data
         self.reservation = reservation
         self.ticket = ticket
-        self.spans = scanned.spans
+        self.spans = spans
 
     async def run(self) -> None:
         """Map, detect, enrich and queue the request. It was promised delivery, so if its processing fails
         it goes upstream as it came; what even the queue will not take (only at shutdown) is counted as
         lost and logged."""
-        ingest, exporter, scanned = self.ingest, self.ingest.exporter, self.scanned
+        exporter, pipeline = self.ingest.exporter, self.ingest.pipeline
         try:
             try:
-                decoded = await drive(ingest.pipeline.map_scan(scanned), BACKLOG_SLICE_SECONDS)
-                processed = await drive(ingest.pipeline.process_steps(decoded), BACKLOG_SLICE_SECONDS)
+                decoded = await drive(pipeline.map_scan(pipeline.read(self.data)), BACKLOG_SLICE_SECONDS)
+                processed = await drive(pipeline.process_steps(decoded), BACKLOG_SLICE_SECONDS)
                 parts = (await drive(exporter.prepare(processed), BACKLOG_SLICE_SECONDS)
                          if exporter is not None else [])
             except Exception:
                 log.exception("processing a request acknowledged on receipt failed; forwarding it as it came")
-                parts = [(scanned.data, scanned.spans)]
+                parts = [(self.data, self.spans)]
             if exporter is not None and not await exporter.offer_parts_async(parts, self.reservation):
                 self._lost("the export queue refused them")
         except asyncio.CancelledError:
