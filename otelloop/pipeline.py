@@ -116,8 +116,7 @@ class Scan:
         spans: spans kept.
         errors: fields of attributes that had the wrong type, so far.
         invalid: the reason of each span left out because OTLP calls its ids invalid.
-        map_span: the mapping in force when the request was read.
-        scanner: the reader it was read with (a reload replaces both).
+        scanner: the reader it was read with (a reload replaces it and the mapper together).
         resources: the request's resources, as the reader hands them over.
         infos: what the reader handed over of each kept span (None: not a step).
     """
@@ -126,7 +125,6 @@ class Scan:
     spans: int
     errors: list[str]
     invalid: list[str]
-    map_span: Callable[..., Step | None]
     scanner: scan.Scanner
     resources: list[scan.Resource] = field(default_factory=list)
     infos: list[SpanInfo | None] = field(default_factory=list)
@@ -235,7 +233,7 @@ class Pipeline:
         bound = min(x for x in (chunk_bytes, span_limit, len(data)) if x is not None)
         if len(data) <= bound:
             steps, spans, errors, kept, invalid = _read(scanner, map_span, data, 0)
-            return self._decoded(Scan(kept, spans, errors, invalid, map_span, scanner), steps)
+            return self._decoded(Scan(kept, spans, errors, invalid, scanner), steps)
         too_large: list[tuple[Position, int]] = []
 
         def oversized(index: int, span: bytes, size: int) -> bytes | None:
@@ -295,7 +293,7 @@ class Pipeline:
             InvalidRequest: the bytes are not a valid request.
         """
         resources, infos, errors, kept, invalid = _scanned(self.scanner, data)
-        return Scan(kept, len(infos), errors, invalid, self.mapper.map_span, self.scanner, resources, infos)
+        return Scan(kept, len(infos), errors, invalid, self.scanner, resources, infos)
 
     def map_scan(self, scanned: Scan) -> Generator[None, None, Decoded]:
         """The rest of :meth:`decode` for a request :meth:`read` read: its spans mapped to steps, a
@@ -303,17 +301,8 @@ class Pipeline:
         reloaded is read again first, so its reading, mapping and detection follow one configuration."""
         if scanned.scanner is not self.scanner:
             scanned = dataclasses.replace(self.read(scanned.data), invalid=scanned.invalid)
-        resources, infos, map_span = scanned.resources, scanned.infos, scanned.map_span
-        errors = scanned.errors
-        steps: list[Item] = []
-        for start in range(0, len(infos), MAP_CHECKPOINT_SPANS):
-            for i in range(start, min(start + MAP_CHECKPOINT_SPANS, len(infos))):
-                info = infos[i]
-                if info is not None:
-                    step = map_span(info, resources[info.resource], errors)
-                    if step is not None:
-                        steps.append((i, step, info))
-            yield
+        steps = yield from _map_spans(self.mapper.map_span, scanned.resources, scanned.infos, scanned.errors, 0,
+                                      MAP_CHECKPOINT_SPANS)
         return self._decoded(scanned, steps)
 
     def _decoded(self, scanned: Scan, steps: list[Item]) -> Decoded:
@@ -533,12 +522,7 @@ def _scanned(scanner: scan.Scanner, data: bytes) -> tuple[list[scan.Resource], l
 def _read(scanner: scan.Scanner, map_span: Callable[..., Step | None], data: bytes, base: Position) -> Read:
     """Read one (chunk of a) request (see :data:`Read`)."""
     resources, infos, errors, kept, invalid = _scanned(scanner, data)
-    steps: list[Item] = []
-    for i, info in enumerate(infos):
-        if info is not None:
-            step = map_span(info, resources[info.resource], errors)
-            if step is not None:
-                steps.append((base + i, step, info))
+    steps = run(_map_spans(map_span, resources, infos, errors, base, max(len(infos), 1)))
     return steps, len(infos), errors, kept, invalid
 
 
@@ -547,16 +531,25 @@ def _read_steps(scanner: scan.Scanner, map_span: Callable[..., Step | None], dat
     """:func:`_read` with a checkpoint every :data:`CHECKPOINT_STEPS` spans mapped."""
     resources, infos, errors, kept, invalid = _scanned(scanner, data)
     yield
+    steps = yield from _map_spans(map_span, resources, infos, errors, base, CHECKPOINT_STEPS)
+    return steps, len(infos), errors, kept, invalid
+
+
+def _map_spans(map_span: Callable[..., Step | None], resources: list[scan.Resource],
+               infos: list[SpanInfo | None], errors: list[str], base: Position, every: int
+               ) -> Generator[None, None, list[Item]]:
+    """The steps of the spans the reader handed over, as (``base`` + position, step, span info), with a
+    checkpoint every ``every`` spans."""
     steps: list[Item] = []
-    for start in range(0, len(infos), CHECKPOINT_STEPS):
-        for i in range(start, min(start + CHECKPOINT_STEPS, len(infos))):
+    for start in range(0, len(infos), every):
+        for i in range(start, min(start + every, len(infos))):
             info = infos[i]
             if info is not None:
                 step = map_span(info, resources[info.resource], errors)
                 if step is not None:
                     steps.append((base + i, step, info))
         yield
-    return steps, len(infos), errors, kept, invalid
+    return steps
 
 
 class _Work:
