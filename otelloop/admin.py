@@ -260,12 +260,9 @@ class AdminAPI:
         if self.settled is not None:
             await self.settled()
 
-    async def _find_settled(self, request: web.Request) -> Session:
-        """:meth:`_find` after :meth:`_settle`."""
+    async def _find(self, request: web.Request) -> Session:
+        """The session the request names, once :meth:`_settle` returned; 404 when there is none."""
         await self._settle()
-        return self._find(request)
-
-    def _find(self, request: web.Request) -> Session:
         session = self.pipeline.session_for(request.match_info["id"])
         if session is None:
             raise web.HTTPNotFound(text='{"error": "unknown session"}', content_type="application/json")
@@ -345,7 +342,7 @@ class AdminAPI:
 
     async def _session(self, request: web.Request) -> web.Response:
         self.check_session_access(request)
-        session = await self._find_settled(request)
+        session = await self._find(request)
         body = self._brief(session, self._views(), evidence=True)
         body["evidence"] = _redact_tree(self.pipeline.engine.summaries(session))
         body["votes"] = {d: {"verdict": v, "reason": r, "message": m}
@@ -384,14 +381,14 @@ class AdminAPI:
             full = True
         else:
             full = self.may_read(request)
-        session = await self._find_settled(request)
+        session = await self._find(request)
         message = session.message if full else GENERIC_MESSAGES.get(session.verdict, "")
         return web.json_response({"verdict": session.verdict, "reason": session.reason, "message": message},
                                  headers=_NO_STORE)
 
     async def _pause(self, request: web.Request) -> web.Response:
         self._check_write(request)
-        session = await self._find_settled(request)
+        session = await self._find(request)
         before = session.verdict
         session.pause()
         self._changed(session, before)
@@ -399,7 +396,7 @@ class AdminAPI:
 
     async def _resume(self, request: web.Request) -> web.Response:
         self._check_write(request)
-        session = await self._find_settled(request)
+        session = await self._find(request)
         before = session.verdict
         session.resume()
         self._changed(session, before)
@@ -409,7 +406,7 @@ class AdminAPI:
         """Take a session off the alerts list until its next alerting finding (a write, guarded as
         pause and resume are)."""
         self._check_write(request)
-        session = await self._find_settled(request)
+        session = await self._find(request)
         session.acked_ms = max(int(time.time() * 1000), alert_summary(session)[1])
         self._writes += 1
         return web.json_response({"acknowledged_unix_ms": session.acked_ms}, headers=_NO_STORE)

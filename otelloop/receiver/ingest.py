@@ -75,8 +75,8 @@ INLINE_STEPS = 512
 #: short, because a request arriving meanwhile waits that long for its answer.
 BACKLOG_SLICE_SECONDS = 0.001
 
-#: Longest wait of the verdict and session endpoints for the requests received before them
-#: (``acknowledge: received``); after it they answer with the state as it is.
+#: Longest wait of the sessions API (sessions, verdicts, alerts, commands) for the requests received
+#: before a call (``acknowledge: received``); after it, it answers with the state as it is.
 SETTLE_SECONDS = 5.0
 
 #: Copies of a request's bytes its processing holds besides the request itself: the decoded chunks and
