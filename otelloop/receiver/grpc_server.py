@@ -88,6 +88,10 @@ class GrpcReceiver:
         await self.server.stop(grace)
 
     async def _export(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        with self.ingest.serving():
+            return await self._serve(request, context)
+
+    async def _serve(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         if self.auth.enabled:
             md = dict(context.invocation_metadata() or ())
             if not self.auth.check(md.get("authorization")):

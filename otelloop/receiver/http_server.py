@@ -63,6 +63,10 @@ class HttpReceiver:
         self.app.router.add_post("/v1/traces", self._traces)
 
     async def _traces(self, request: web.Request) -> web.StreamResponse:
+        with self.ingest.serving():
+            return await self._serve(request)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
         ctype = request.content_type
         if ctype not in (_PROTOBUF, _JSON):
             return web.Response(status=415, text=f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}")

@@ -36,12 +36,13 @@ also given back in slices, for the same reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hmac
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from otelloop.logs import ThrottledLog
@@ -225,6 +226,26 @@ class Ingest:
         self.backlog = (Backlog(metrics.receive_backlog_requests.set) if acknowledge == "received"
                         else None)
         self.backlog_spans = backlog_spans
+        #: requests whose receiver's handler is running, and requests served so far (see :meth:`serving`)
+        self.serving_requests = 0
+        self.served_requests = 0
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Counts a request while its receiver's handler runs, so the service can tell a moment when no
+        request's objects are in use (:attr:`idle`)."""
+        self.serving_requests += 1
+        self.served_requests += 1
+        try:
+            yield
+        finally:
+            self.serving_requests -= 1
+
+    @property
+    def idle(self) -> bool:
+        """No request is being received, processed or answered (the garbage collector may then freeze what
+        survives without catching a request's objects: ``otelloop.service.Collector``)."""
+        return not self.serving_requests and not self._tasks and not self.backlog
 
     def ticket(self) -> Ticket:
         """A ticket for a request about to be read (see :meth:`charge`)."""
