@@ -71,12 +71,13 @@ def start(cmd: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
 
 
 def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int = 0, build: Path | None = None,
-                   judge_stopped: bool = False, acknowledge: str | None = None
+                   judge_stopped: bool = False, acknowledge: str | None = None, timing_report: Path | None = None
                    ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """``otelloop serve`` on CPU 0, from the source tree ``build`` (``python -m`` imports the package of its
     working directory) or from the one this script is in; ``judge_stopped``: ``state.hold_stopped_sessions:
     false`` (by default a stopped session's repeats are held); ``acknowledge``: ``receiver.acknowledge``
-    (None: the build's default)."""
+    (None: the build's default); ``timing_report``: run it under ``loop_timing.py``, which writes its
+    event-loop callbacks and garbage-collector pauses there when it stops."""
     import yaml
 
     config: dict[str, Any] = {"exporter": {"endpoint": upstream, "compression": "none"},
@@ -91,11 +92,15 @@ def start_otelloop(tmp: Path, upstream: str, detectors: str, live_sessions: int 
     cfg.write_text(yaml.safe_dump(config))
     ready = tmp / f"ready-{detectors}.json"
     ready.unlink(missing_ok=True)
-    p = subprocess.Popen(pinned(0, [sys.executable, "-m", "otelloop", "serve", "--config", str(cfg),
+    tree = build or HERE.parent
+    path = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])  # loop_timing.py imports
+    program = ["-m", "otelloop"] if timing_report is None else [str(HERE / "loop_timing.py"), str(timing_report)]
+    p = subprocess.Popen(pinned(0, [sys.executable, *program, "serve", "--config", str(cfg),
                                     "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
                                     "--admin-endpoint", "127.0.0.1:0", "--ready-file", str(ready)]),
-                         stderr=subprocess.DEVNULL, env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING"},
-                         cwd=build or HERE.parent)
+                         stderr=subprocess.DEVNULL,
+                         env={**os.environ, "OTELLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": path},
+                         cwd=tree)
     deadline = time.monotonic() + 30
     while not ready.exists():
         if time.monotonic() > deadline or p.poll() is not None:

@@ -181,6 +181,8 @@ class Service:
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         if self.collector is not None:
             self._tasks.append(asyncio.create_task(self._collect_garbage(self.collector)))
+            if self.ingest.backlog is not None:
+                self.ingest.backlog.between_jobs = self._between_jobs
         self._ready = True
         answer = await probe if probe is not None else None
         for warning, line in startup_lines(cfg, self.config_path, self.addresses, answer):
@@ -240,6 +242,16 @@ class Service:
                 self.metrics.export_queue_spans.set(self.exporter.queued_spans)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), SWEEP_INTERVAL)
+
+    def _between_jobs(self) -> None:
+        """Collect between two requests of the backlog when it is due and no receiver's handler waits in
+        the middle of a request: under a steady stream of requests no quiet moment comes, and the objects
+        left unfrozen would otherwise pile up into one long collection at the next one. What the answers
+        being sent hold is frozen then; their only cycles are the small ones of refused gRPC calls (see
+        ``docs/architecture.md``), which full collections find."""
+        collector = self.collector
+        if collector is not None and not self.ingest.serving_requests and collector.due():
+            collector.collect()
 
     async def _collect_garbage(self, collector: Collector) -> None:
         """Collect when enough new objects accumulated and no request was in flight for a whole interval

@@ -141,3 +141,101 @@ def test_a_sessions_state_is_freed_by_reference_counting() -> None:
     assert store.shed(len(store)) > 50
     assert not [o for o in gc.get_objects() if isinstance(o, Session)]  # freed as they left the store
     assert gc.collect() == 0
+
+
+def test_a_refused_request_leaves_no_garbage_that_holds_its_bytes() -> None:
+    """A refusal aborts the gRPC call, which raises; the exception's traceback holds the handler's frames
+    in a reference cycle that only a collection frees. Those frames must not hold the request's bytes:
+    frozen by a collection while the call is answered, they would stay until a full collection. The
+    same over HTTP."""
+    import time
+
+    import grpc
+    from served import BackgroundLoop, http_call
+
+    from otelloop.config import build_config
+    from otelloop.service import Service
+
+    config = build_config({"receiver": {"grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}},
+                           "admin": {"endpoint": "127.0.0.1:0"}}, env={})
+    loop = BackgroundLoop()
+    service = Service(config)
+    loop.run(service.start())
+    payload = b"\xff" * 300_000  # no OTLP request: refused as invalid
+    try:
+        gc.disable()
+        with grpc.insecure_channel(service.addresses["grpc"]) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            for _ in range(3):
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(payload, timeout=10)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        for _ in range(3):  # and over HTTP
+            code, _ = http_call("POST", f"http://{service.addresses['http']}/v1/traces", payload,
+                                {"Content-Type": "application/x-protobuf"})
+            assert code == 400
+        time.sleep(0.2)  # the server has finished answering
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        assert gc.collect() > 0  # the cycles are there (they hold the handler's frames)
+        garbage = list(gc.garbage)
+        holders = [o for o in garbage
+                   if any(isinstance(r, bytes) and len(r) >= len(payload) for r in gc.get_referents(o))]
+        assert not holders
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        loop.run(service.stop())
+        loop.close()
+
+
+def test_the_backlog_collects_between_jobs_when_due_and_no_handler_waits() -> None:
+    """Under a steady stream of requests answered on receipt no quiet moment comes: the backlog's worker
+    collects between two jobs instead (only while no receiver's handler waits in a request), so what the
+    jobs leave is frozen as it goes rather than collected in one long pause later."""
+    import asyncio
+
+    from otelloop.config import build_config
+    from otelloop.pipeline import Pipeline
+    from otelloop.receiver.backlog import Backlog
+    from otelloop.receiver.ingest import Ingest
+    from otelloop.service import Service
+    from otelloop.telemetry import Metrics
+
+    class Job:
+        spans = 1
+
+        def __init__(self, keep: list[Node]) -> None:
+            self.keep = keep
+
+        async def run(self) -> None:
+            self.keep += [Node() for _ in range(300)]  # survivors, as session state is
+            garbage_cycle()
+
+        def drop(self) -> None:
+            pass
+
+    def frozen(node: Node) -> bool:
+        return not any(o is node for o in gc.get_objects())  # in no generation the collector visits
+
+    async def scenario() -> tuple[list[Node], list[Node]]:
+        service = Service(build_config({}, env={}))
+        service.ingest = Ingest(Pipeline(), None, Metrics())  # as start() makes it
+        service.collector = Collector(young=100)
+        backlog = Backlog()
+        backlog.between_jobs = service._between_jobs
+        first: list[Node] = []
+        second: list[Node] = []
+        backlog.add(Job(first))
+        await backlog.join(5)
+        with service.ingest.serving():  # a handler waits in the middle of a request: no collection
+            backlog.add(Job(second))
+            await backlog.join(5)
+        await backlog.close()
+        return first, second
+
+    gc.set_threshold(1_000_000)  # no collection of the interpreter's own in between (the fixture restores it)
+    gc.freeze()
+    first, second = asyncio.run(scenario())
+    assert frozen(first[0]) and frozen(first[-1])  # the first job's survivors were frozen
+    assert not frozen(second[0])  # not the second's, while a handler waited

@@ -51,6 +51,8 @@ class Backlog:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._on_size = on_size
+        #: called after each job (the service collects garbage there: ``otelloop.service.Collector``)
+        self.between_jobs: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         """Jobs added and not yet done (the one running included)."""
@@ -120,6 +122,12 @@ class Backlog:
             except Exception:  # a job handles its own errors; anything else must not stop the worker
                 log.exception("processing a request acknowledged on receipt failed")
             self._finish(self._jobs.popleft())
+            del job  # nothing of it stays in use while the hook runs
+            if self.between_jobs is not None:
+                try:
+                    self.between_jobs()
+                except Exception:
+                    log.exception("the backlog's hook between jobs failed")
 
     def _finish(self, job: Job) -> Job:
         """Count ``job`` done (run, cancelled or dropped) and wake whoever waited for it."""

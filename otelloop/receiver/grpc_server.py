@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -89,32 +90,35 @@ class GrpcReceiver:
 
     async def _export(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         with self.ingest.serving():
-            return await self._serve(request, context)
+            outcome = await self._outcome(request, context)
+            # An abort raises, and its traceback holds this frame in a reference cycle that only the
+            # garbage collector frees: the frame must not hold the request's bytes by then.
+            del request
+            if isinstance(outcome, Refusal):
+                self.ingest.refused(outcome, "grpc")
+                await self._abort(context, outcome)
+            return response(outcome)
 
-    async def _serve(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def _outcome(self, request: bytes, context: grpc.aio.ServicerContext) -> Accepted | Refusal:
+        """The request accepted, or why it is refused (the caller aborts the call with it)."""
         if self.auth.enabled:
             md = dict(context.invocation_metadata() or ())
             if not self.auth.check(md.get("authorization")):
-                self.ingest.refused(Refusal("unauthenticated", ""), "grpc")
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+                return Refusal("unauthenticated", "missing or invalid bearer token")
         with self.ingest.ticket() as ticket:  # given back on answering (unless processing holds it on)
             try:
                 self.ingest.charge(ticket, len(request), "a request received")
-                outcome: Accepted | Refusal = await self.ingest.handle(request, "grpc", ticket)
+                return await self.ingest.handle(request, "grpc", ticket)
             except Refusal as refusal:
-                # Without its traceback: kept in this frame, it would hold the frame (and the request's
-                # bytes) in a reference cycle that only the garbage collector frees.
-                outcome = refusal.with_traceback(None)
+                # Without its traceback, nor the exception it was raised from: kept, they would hold
+                # frames (and the request's bytes) in reference cycles.
+                refusal.__context__ = None
+                return refusal.with_traceback(None)
             except asyncio.CancelledError:  # the client cancelled or went away while its request was processed
                 self.ingest.aborted("grpc")
                 raise
-        if isinstance(outcome, Refusal):
-            self.ingest.refused(outcome, "grpc")
-            await self._abort(context, outcome)
-            raise outcome  # not reached: abort raises
-        return response(outcome)
 
-    async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
+    async def _abort(self, context: grpc.aio.ServicerContext, refusal: Refusal) -> NoReturn:
         retryable = refusal.reason == "backpressure"
         st = status(refusal.reason, refusal.message, RETRY_AFTER_S if retryable else None)
         trailers: tuple[tuple[str, bytes], ...] = (("grpc-status-details-bin", st.SerializeToString()),)
@@ -122,6 +126,7 @@ class GrpcReceiver:
             # The Python SDK reads this trailer; the Collector reads the status details. Send both.
             trailers += (("google.rpc.retryinfo-bin", retry_info(RETRY_AFTER_S).SerializeToString()),)
         await context.abort(_GRPC_CODES[refusal.reason], refusal.message, trailing_metadata=trailers)
+        raise AssertionError("grpc's abort raises")  # not reached
 
 
 def response(accepted: Accepted) -> bytes:
