@@ -357,10 +357,12 @@ class Collector:
     (:meth:`collect`): it collects every object not frozen, which then is what the last request or two
     left behind, and freezes what survived (``gc.freeze``), so later collections never visit it again
     while reference counting still frees it. Nothing a request in flight uses is frozen: a request's
-    objects that become cyclic garbage when it ends (a refused gRPC call's error and call state, which
-    hold the request's bytes) are then found by the next collection. When requests come without a
-    pause (under saturation), no such moment comes and the interpreter collects by its own rules, over
-    the objects not frozen only (:data:`GC_INLINE_THRESHOLD`).
+    objects that become cyclic garbage when it ends (a refused gRPC call's error and call state) are
+    then found by the next collection. When requests come without a pause (under saturation), no such
+    moment comes: requests answered on receipt are collected between two jobs of the backlog instead
+    (``Service._between_jobs``: what answers being sent hold is frozen then, and their few cycles wait
+    for a full collection), and otherwise the interpreter collects by its own rules, over the objects
+    not frozen only (:data:`GC_INLINE_THRESHOLD`).
 
     Cyclic garbage whose objects were frozen while still in use is found only by a full collection
     (:meth:`full`: unfreeze, collect everything, freeze again), a pause that grows with the heap (about
@@ -402,7 +404,9 @@ class Collector:
             self.full()
 
     def full(self) -> int:
-        """Collect every object, frozen or not, and freeze what is left; returns the garbage found."""
+        """Collect every object, frozen or not, and freeze what is left; returns the garbage found (and logs
+        it: the pause is long enough for an operator to want to know)."""
+        started = time.monotonic()
         gc.unfreeze()
         found = gc.collect()
         gc.freeze()
@@ -410,6 +414,9 @@ class Collector:
         self._frozen = 0
         self.full_collections += 1
         self.factor = min(2 * self.factor, GC_FULL_MAX_FACTOR) if 100 * found < self._alive + found else 1
+        log.info("full garbage collection: %d objects of garbage among %d kept, in %.0f ms; the next comes "
+                 "after %d times as many objects are kept", found, self._alive,
+                 1000 * (time.monotonic() - started), self.factor)
         return found
 
 

@@ -5,6 +5,7 @@ by full collections, which grow rarer while they find little."""
 from __future__ import annotations
 
 import gc
+import logging
 import weakref
 from collections.abc import Iterator
 
@@ -62,7 +63,8 @@ def test_nothing_is_collected_between_requests_while_a_large_request_paused_coll
     assert collector.due()
 
 
-def test_a_cycle_frozen_while_in_use_is_freed_by_a_full_collection() -> None:
+def test_a_cycle_frozen_while_in_use_is_freed_by_a_full_collection(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "otelloop")
     collector = Collector(young=1, full_min=10**9)
     held = Node()
     ref = weakref.ref(held)
@@ -72,6 +74,7 @@ def test_a_cycle_frozen_while_in_use_is_freed_by_a_full_collection() -> None:
     assert ref() is not None  # young collections no longer see it
     assert collector.full() >= 1
     assert ref() is None
+    assert "full garbage collection:" in caplog.text  # the long pause is logged
 
 
 def test_a_full_collection_comes_once_as_many_objects_were_frozen_as_were_alive() -> None:
