@@ -397,9 +397,9 @@ class Collector:
         # The oldest generation holds only what the interpreter's own collections promoted since the last
         # freeze; clearing the free lists, as a collection of it does, is not worth it otherwise.
         gc.collect(2 if gc.get_objects(2) else 1)
-        survivors = len(gc.get_objects(2))
+        frozen = gc.get_freeze_count()
         gc.freeze()
-        self._frozen += survivors
+        self._frozen += gc.get_freeze_count() - frozen  # the survivors
         if self._frozen >= max(self.full_min, self.factor * self._alive):
             self.full()
 
