@@ -407,9 +407,9 @@ class Collector:
         # The oldest generation holds only what the interpreter's own collections promoted since the last
         # freeze; clearing the free lists, as a collection of it does, is not worth it otherwise.
         gc.collect(2 if gc.get_objects(2) else 1)
-        frozen = gc.get_freeze_count()
+        survivors = len(gc.get_objects(2))
         gc.freeze()
-        self._frozen += gc.get_freeze_count() - frozen  # the survivors
+        self._frozen += survivors
         if self._frozen >= max(self.full_min, self.factor * self._alive):
             self.full()
 
