@@ -49,13 +49,6 @@ GC_CHECK_INTERVAL = 0.01
 #: Young objects (CPython's net allocation count) that make a collection between requests due.
 GC_YOUNG_OBJECTS = 2_000
 
-#: Young objects that make a collection between two jobs of the backlog due: higher than at a quiet
-#: moment, since it is on the way of the next request. At 2,000, small requests with 500 event-stream
-#: readers connected were collected after nearly every job and ingest lost a quarter of its capacity
-#: (``tests/robustness/test_event_stream_readers.py``); at 10,000 it collects about once per 512-span
-#: request of new sessions, before the interpreter would in the middle of the next one.
-GC_BETWEEN_JOBS_OBJECTS = 10_000
-
 #: The interpreter's own threshold, for when requests keep coming with no pause between them (under
 #: saturation): then it collects by its own rules (a 512-span request of the benchmarks keeps about
 #: 10,000 new objects alive, so one request alone does not reach it).
@@ -257,7 +250,7 @@ class Service:
         being sent hold is frozen then; their only cycles are the small ones of refused gRPC calls (see
         ``docs/architecture.md``), which full collections find."""
         collector = self.collector
-        if collector is not None and not self.ingest.serving_requests and collector.due(between_jobs=True):
+        if collector is not None and not self.ingest.serving_requests and collector.due():
             collector.collect()
 
     async def _collect_garbage(self, collector: Collector) -> None:
@@ -383,10 +376,8 @@ class Collector:
     one that makes some is collected in full as often as in the first place.
     """
 
-    def __init__(self, young: int = GC_YOUNG_OBJECTS, full_min: int = GC_FULL_MIN_OBJECTS,
-                 between_jobs: int = GC_BETWEEN_JOBS_OBJECTS) -> None:
+    def __init__(self, young: int = GC_YOUNG_OBJECTS, full_min: int = GC_FULL_MIN_OBJECTS) -> None:
         self.young = young
-        self.between_jobs = between_jobs
         self.full_min = full_min
         self.full_collections = 0
         #: full collections wait for ``factor`` times the live heap to be frozen (see the class)
@@ -396,10 +387,9 @@ class Collector:
         #: objects the last full collection (or start-up) left frozen
         self._alive = gc.get_freeze_count()
 
-    def due(self, between_jobs: bool = False) -> bool:
-        """Whether enough new objects wait for a collection at a quiet moment (``young``) or between two
-        jobs of the backlog (``between_jobs``); never while a large request paused collection."""
-        return gc.isenabled() and gc.get_count()[0] >= (self.between_jobs if between_jobs else self.young)
+    def due(self) -> bool:
+        """Whether new objects wait for a collection (never while a large request paused collection)."""
+        return gc.isenabled() and gc.get_count()[0] >= self.young
 
     def collect(self) -> None:
         """Collect every object not frozen and freeze what survived, or collect in full when that is due.

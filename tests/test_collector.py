@@ -224,7 +224,7 @@ def test_the_backlog_collects_between_jobs_when_due_and_no_handler_waits() -> No
     async def scenario() -> tuple[list[Node], list[Node]]:
         service = Service(build_config({}, env={}))
         service.ingest = Ingest(Pipeline(), None, Metrics())  # as start() makes it
-        service.collector = Collector(young=10**9, between_jobs=100)
+        service.collector = Collector(young=100)
         backlog = Backlog()
         backlog.between_jobs = service._between_jobs
         first: list[Node] = []
