@@ -397,6 +397,9 @@ class Collector:
         # The oldest generation holds only what the interpreter's own collections promoted since the last
         # freeze; clearing the free lists, as a collection of it does, is not worth it otherwise.
         gc.collect(2 if gc.get_objects(2) else 1)
+        # Counted in the oldest generation, which holds only them now; not from gc.get_freeze_count(),
+        # which walks every frozen object (the whole heap, twice per collection: a quarter of ingest
+        # capacity with many small requests).
         survivors = len(gc.get_objects(2))
         gc.freeze()
         self._frozen += survivors
