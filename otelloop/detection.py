@@ -125,10 +125,9 @@ class DetectorEngine:
                 run(state, step, ctx)
             except Exception:
                 self._failed(det.name)
-        votes = ctx.votes
-        if votes and (session.votes is not None or _raises(votes)):
+        if ctx.raised or (session.votes is not None and ctx.votes):
             # Votes of "continue" from detectors that hold no vote change nothing: most steps give only those.
-            session.apply_votes(votes)
+            session.apply_votes(ctx.votes)
         for finding in ctx.findings:
             session.remember(finding, step)
         ctx.attributes["otelloop.verdict"] = session.verdict
@@ -191,11 +190,3 @@ class DetectorEngine:
                 except Exception:
                     self._failed(det.name)
         return out
-
-
-def _raises(votes: Mapping[str, tuple[str, str, str]]) -> bool:
-    """Whether any vote is more than ``continue``."""
-    for vote in votes.values():  # noqa: SIM110 (a generator costs more than the one or two votes of a step)
-        if vote[0] != "continue":
-            return True
-    return False

@@ -49,7 +49,10 @@ POLL_WAITS = 6
 def retrying(step: Step, allowance: int) -> bool:
     """Whether ``step`` is a transient failure within the retry allowance (``Step.retry``), or a poll
     waiting within it and within :data:`POLL_WAITS` (``Step.wait``): a detector neither counts it as
-    evidence of a loop nor lets it break a run; from attempt ``allowance + 1`` the whole row counts."""
+    evidence of a loop nor lets it break a run; from attempt ``allowance + 1`` the whole row counts.
+
+    Detectors test ``step.retry or step.wait`` before calling it: most steps are neither, and the call
+    would cost more than the test on every step."""
     return 0 < step.retry <= allowance or 0 < step.wait <= min(allowance, POLL_WAITS)
 
 
@@ -59,7 +62,7 @@ class StepContext:
     One context is created per step and shared by all detectors, in registration order.
     """
 
-    __slots__ = ("session_id", "agent_id", "findings", "attributes", "overwrites", "votes")
+    __slots__ = ("session_id", "agent_id", "findings", "attributes", "overwrites", "votes", "raised")
 
     def __init__(self, session_id: str, agent_id: str) -> None:
         self.session_id = session_id
@@ -71,6 +74,9 @@ class StepContext:
         self.overwrites: dict[str, AttrValue] = {}
         #: detector name -> (verdict, reason, message); absent means "my vote is unchanged".
         self.votes: dict[str, tuple[Verdict, str, str]] = {}
+        #: whether a vote of this step is more than ``continue`` (most steps give only those, which change
+        #: nothing for a session that holds no vote)
+        self.raised = False
 
     def report(self, finding: Finding) -> None:
         """Attach a finding (a span event) to this step's span."""
@@ -90,6 +96,8 @@ class StepContext:
         ``continue`` withdraws an earlier vote. A detector that does not vote on a step keeps its vote.
         """
         self.votes[detector] = (verdict, reason, message)
+        if verdict != "continue":
+            self.raised = True
 
 
 class Detector(ABC):

@@ -103,7 +103,9 @@ class DivergenceDetector(Detector):
         return DivergenceState()
 
     def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
-        if self.config.progress_aware and (step.kind != "tool" or retrying(step, self.config.transient_retries)):
+        cfg = self.config
+        if cfg.progress_aware and (step.kind != "tool"
+                                   or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             return
         count = self._extend_run(state, step)
         threshold = self.config.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)

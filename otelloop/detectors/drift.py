@@ -174,7 +174,7 @@ class DriftDetector(Detector):
 
     def _judge(self, state: DriftState, step: Step) -> _Hit | None:
         """Record a file or command step and return the pattern it completes, if any."""
-        if self.config.progress_aware and retrying(step, self.config.transient_retries):
+        if self.config.progress_aware and (step.retry or step.wait) and retrying(step, self.config.transient_retries):
             return None
         if step.tool_class == "read" and step.file_path:
             return self._read(state, step)

@@ -73,10 +73,13 @@ class EntropyState:
     without any rebuild step.
     """
 
-    __slots__ = ("window",)
+    __slots__ = ("window", "score")
 
     def __init__(self) -> None:
         self.window: tuple[Entry, ...] = ()
+        #: :func:`score` of the window, or None after the window changed (computed again when the next
+        #: step is scored: an LLM step leaves the window as it is, and most steps are LLM steps or new work)
+        self.score: float | None = 1.0
 
 
 #: One shared tuple per distinct entry: sessions repeat the same few, so windows share them.
@@ -137,23 +140,24 @@ class EntropyDetector(Detector):
         window a reload shrank."""
         cfg = self.config
         if cfg.progress_aware and (step.kind != "tool" or step.novel is None
-                                   or retrying(step, cfg.transient_retries)):
+                                   or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             if len(state.window) > cfg.window:
-                state.window = state.window[-cfg.window:]
+                state.window, state.score = state.window[-cfg.window:], None
             return False
         entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
                                  else (step.intent, step.name, step.outcome))
-        state.window = (*state.window, entry)[-cfg.window:]
+        state.window, state.score = (*state.window, entry)[-cfg.window:], None
         return True
 
     def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         """A step that brought something new: its entry (progress-aware: with a result never seen in the
         session) is kept without interning, since no other step shares it; the rest is :meth:`observe`'s."""
         cfg = self.config
-        if not cfg.progress_aware or retrying(step, cfg.transient_retries):
+        if not cfg.progress_aware or ((step.retry or step.wait) and retrying(step, cfg.transient_retries)):
             self.observe(state, step, ctx)
             return
-        state.window = (*state.window, (step.intent, step.name, step.outcome, _result(step)))[-cfg.window:]
+        entry = (step.intent, step.name, step.outcome, _result(step))
+        state.window, state.score = (*state.window, entry)[-cfg.window:], None
         self._conclude(state, True, ctx)
 
     holds: ClassVar[bool] = True
@@ -167,7 +171,9 @@ class EntropyDetector(Detector):
     def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
         """Score the window, set the span's score and severity, and alert or vote on a counted step."""
         cfg = self.config
-        value = score(state.window)
+        value = state.score
+        if value is None:
+            value = state.score = score(state.window)
         severity = self.classify(value)
         attributes = ctx.attributes  # ctx.set_attribute, without a call per key on every step
         attributes["otelloop.entropy_score"] = value

@@ -218,7 +218,7 @@ class TrajectoryDetector(Detector):
         if step.kind != "tool":
             return
         cfg = self.config
-        if cfg.progress_aware and retrying(step, cfg.transient_retries):
+        if cfg.progress_aware and (step.retry or step.wait) and retrying(step, cfg.transient_retries):
             return
         if len(state.history) > cfg.history:  # a reload shrank the history
             state.history = state.history[-cfg.history:]
@@ -246,7 +246,7 @@ class TrajectoryDetector(Detector):
         if not cfg.progress_aware:
             self.observe(state, step, ctx)
             return
-        if retrying(step, cfg.transient_retries):
+        if (step.retry or step.wait) and retrying(step, cfg.transient_retries):
             return
         if len(state.history) > cfg.history:
             state.history = state.history[-cfg.history:]
@@ -264,7 +264,8 @@ class TrajectoryDetector(Detector):
         """A stopped session's repeat: the score and level as they stand (a step :meth:`observe` leaves
         out, a transient failure within its retry allowance, carries none here either)."""
         cfg = self.config
-        if step.kind != "tool" or (cfg.progress_aware and retrying(step, cfg.transient_retries)):
+        if step.kind != "tool" or (cfg.progress_aware and (step.retry or step.wait)
+                                     and retrying(step, cfg.transient_retries)):
             return
         attributes = ctx.attributes
         attributes["otelloop.loop_score"] = state.score
