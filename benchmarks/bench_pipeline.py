@@ -365,6 +365,14 @@ def table(name: str, rounds: list[dict[str, dict[str, float | None]]]) -> str:
     return "\n".join(lines)
 
 
+def workload_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options that shape the workloads (:class:`Workload`)."""
+    ap.add_argument("--realistic-requests", type=int, default=64, help="requests per pass of the realistic pool")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the realistic pool")
+    ap.add_argument("--sessions-per-batch", type=int, default=16, help="looping workload")
+    ap.add_argument("--distinct-batches", type=int, default=64, help="looping workload")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=["realistic", "looping", "both"], default="both")
@@ -377,10 +385,7 @@ def main() -> None:
     ap.add_argument("--latency-requests", type=int, default=100, help="latency phase: at least this many requests")
     ap.add_argument("--memory-passes", type=int, default=1,
                     help="memory phase: passes over the workload's requests after warming up (0: none)")
-    ap.add_argument("--realistic-requests", type=int, default=64, help="requests per pass of the realistic pool")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the realistic pool")
-    ap.add_argument("--sessions-per-batch", type=int, default=16, help="looping workload")
-    ap.add_argument("--distinct-batches", type=int, default=64, help="looping workload")
+    workload_arguments(ap)
     ap.add_argument("--live-sessions", type=int, default=0, help="other live sessions held during the run")
     ap.add_argument("--judge-stopped", action="store_true",
                     help="run otelloop with state.hold_stopped_sessions: false, every step of a stopped session "
