@@ -108,7 +108,7 @@ class DivergenceDetector(Detector):
                                    or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             return
         count = self._extend_run(state, step)
-        threshold = self.config.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)
+        threshold = cfg.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD)
         if count < threshold:
             return
         key = hash((step.kind, step.name))
