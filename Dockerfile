@@ -5,8 +5,8 @@
 # The Helm chart (helm/otelloop) runs it as `serve --config /etc/otelloop/config.yaml`, as uid 10001
 # with a read-only root filesystem and /tmp on an emptyDir.
 #
-# Two stages: `build` compiles the native request reader and key search (otelloop/_scan.c, _keys.c)
-# into a wheel, next to the wheels of every dependency; the runtime stage installs those wheels and has
+# Two stages: `build` compiles the native request reader, key search and progress tracker (otelloop/_scan.c,
+# _keys.c, _progress.c) into a wheel, next to the wheels of every dependency; the runtime stage installs those wheels and has
 # no compiler. The image build fails if the native reader cannot be compiled or loaded: without it
 # otelloop would still run, on the pure-Python reader, at a much higher CPU cost per span.
 # tests/deploy/test_image.py runs these steps in virtualenvs, from the files this context lets through.

@@ -1,5 +1,5 @@
-"""Builds otelloop's native reader (``otelloop._scan``) and key search (``otelloop._keys``); everything else
-is in pyproject.toml.
+"""Builds otelloop's native reader (``otelloop._scan``), key search (``otelloop._keys``) and progress tracker
+(``otelloop._progress``); everything else is in pyproject.toml.
 
 The extension is optional for ``pip install``: where no C compiler is available the install still
 succeeds and otelloop uses the pure-Python reader, which gives the same results more slowly
@@ -46,4 +46,5 @@ class BuildPyWithCommit(build_py):
 
 setup(cmdclass={"build_py": BuildPyWithCommit},
       ext_modules=[Extension(name, [source], optional=not REQUIRE_NATIVE, extra_compile_args=["-O2", "-std=c11"])
-                   for name, source in (("otelloop._scan", "otelloop/_scan.c"), ("otelloop._keys", "otelloop/_keys.c"))])
+                   for name, source in (("otelloop._scan", "otelloop/_scan.c"), ("otelloop._keys", "otelloop/_keys.c"),
+                                        ("otelloop._progress", "otelloop/_progress.c"))])

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import yaml
 
-from otelloop import keys
+from otelloop import keys, progress
 from otelloop.config import ConfigError, check_files, effective_config, load_config
 from otelloop.logs import escape
 from otelloop.model import VERDICT_RANK
@@ -36,7 +36,8 @@ def _load(path: str | None, overrides: dict[str, Any], files: bool = False):  # 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(full_version(), prog_name="otelloop", message=(
     f"%(prog)s %(version)s ({'native' if scan.NATIVE else 'pure-Python'} request reader"
-    f"{', pure-Python key search' if scan.NATIVE and not keys.NATIVE else ''})"))
+    f"{', pure-Python key search' if scan.NATIVE and not keys.NATIVE else ''}"
+    f"{', pure-Python progress tracker' if scan.NATIVE and not progress.NATIVE else ''})"))
 def main() -> None:
     """otelloop: tells when AI agents are stuck in loops, from their OpenTelemetry spans.
 

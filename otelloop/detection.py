@@ -63,17 +63,20 @@ class DetectorEngine:
             own default, for tests that judge every step) judges them (the gate off turns the hold off
             too).
         clock: monotonic clock for how long a session stays watched (injectable for tests).
+        native_progress: run the native progress tracker (True) or the Python one (False); None: the
+            native one where it is built (``otelloop.progress.tracker``; the equal-output tests run both).
     """
 
     def __init__(self, configs: Mapping[str, DetectorConfig] | None = None, only: Iterable[str] | None = None,
                  on_error: Callable[[str], None] | None = None, gate: bool = True, hold: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, native_progress: bool | None = None) -> None:
         self._only = set(only) if only is not None else None
         self._on_error = on_error
         self._last_error_log: dict[str, float] = {}
         self.gate = gate
         self.hold = hold
         self._clock = clock
+        self.progress = progress.tracker(native_progress)
         #: session id -> when its watch ends (monotonic), oldest first
         self._watched: dict[str, float] = {}
         self.detectors: list[Detector] = []
@@ -106,9 +109,10 @@ class DetectorEngine:
         """Run every detector on ``step`` (gated ones only ``record`` a calm step) and return what they
         said; sets ``otelloop.verdict``."""
         ctx = StepContext(session.id, step.agent or session.agent)
+        tracker = self.progress
         if session.progress is None:
-            session.progress = progress.new_state()
-        progress.observe(session.progress, step)
+            session.progress = tracker.new_state()
+        tracker.observe(session.progress, step)
         if step.novel is None and step.kind == "tool":  # progress.unjudged(step), without the call
             session.unjudged += 1
         states = session.states

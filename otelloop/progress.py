@@ -42,7 +42,10 @@ meaning, so that a session costs a few small objects rather than an int object p
 from __future__ import annotations
 
 import functools
+import os
 from array import array
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from otelloop.keys import find_entry
 from otelloop.mapping import fragments
@@ -580,3 +583,42 @@ def _forget_call(progress: ProgressState, call: int) -> None:
     i = find_entry(progress.calls, call)
     if i >= 0:
         del progress.calls[i], progress.results[i], progress.runs[i]
+
+
+class Tracker(NamedTuple):
+    """A progress tracker: how a session's state is made, and the judgement of one step on it."""
+
+    new_state: Callable[[], Any]
+    observe: Callable[[Any, Step], None]
+    #: the native tracker (``otelloop._progress``) rather than this module's functions
+    native: bool
+
+
+def _native_module() -> Any:
+    """``otelloop._progress``, or None where it was not built or ``OTELLOOP_PURE_PYTHON`` turns it off."""
+    if os.environ.get("OTELLOOP_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from otelloop import _progress
+    except ImportError:  # no C compiler at install time
+        return None
+    return _progress
+
+
+_native = _native_module()
+#: The native tracker is in use.
+NATIVE = _native is not None
+
+
+def tracker(native: bool | None = None) -> Tracker:
+    """The tracker the engine runs: the native one (``otelloop/_progress.c``: the same judgement, every
+    rule of this module, kept on C records; a tenth of the CPU per tool step) where it is built, else this
+    module's :func:`new_state` and :func:`observe`. ``native`` True or False asks for one of them (the
+    equal-output tests run both); True where it is not built is an error."""
+    if native is None:
+        native = NATIVE
+    if not native:
+        return Tracker(new_state, observe, False)
+    if _native is None:
+        raise RuntimeError("the native progress tracker otelloop._progress is not built")
+    return Tracker(_native.State, _native.observe, True)

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from otelloop.bounds import deep_size, truncate
 from otelloop.delivery import SeenSpans
 from otelloop.model import VERDICT_RANK, AttrValue, Finding, Step
-from otelloop.progress import ProgressState
 from otelloop.redact import redact
 
 log = logging.getLogger(__name__)
@@ -133,8 +132,9 @@ class Session:
         self.recent: tuple[Any, ...] | None = None
         #: the last verdict changes as (time_unix_ms, verdict, reason), oldest first
         self.history: tuple[tuple[int, str, str], ...] = ()
-        #: what the session's steps brought that was new (``otelloop.progress``); None until a step
-        self.progress: ProgressState | None = None
+        #: what the session's steps brought that was new: the progress tracker's state
+        #: (``otelloop.progress.tracker``: a ProgressState, or the native tracker's record); None until a step
+        self.progress: Any = None
         #: tool steps whose spans carried nothing to judge them by (no result, no error message)
         self.unjudged = 0
         #: fingerprints of the session's last step spans, to recognise one delivered again

@@ -23,7 +23,7 @@ wheels = sorted(pathlib.Path(sys.argv[1]).glob("otelloop-*.whl"))
 if len(wheels) != 1:
     sys.exit(f"expected one otelloop wheel in {sys.argv[1]}, found {[w.name for w in wheels]}")
 names = zipfile.ZipFile(wheels[0]).namelist()
-for module, what in (("_scan", "native reader"), ("_keys", "native key search")):
+for module, what in (("_scan", "native reader"), ("_keys", "native key search"), ("_progress", "native progress tracker")):
     native = [n for n in names if n.startswith(f"otelloop/{module}.") and n.endswith(".so")]
     if not native:
         sys.exit(f"{wheels[0].name} has no {what} (otelloop/{module}*.so): the image would run the slow one")

@@ -126,7 +126,8 @@ def wheel_mount() -> dict[str, str]:
 def test_context_holds_every_file_the_build_needs_and_nothing_built_in_place() -> None:
     context = context_files()
     assert needed_files() - context == set()
-    assert "setup.py" in context and "otelloop/_scan.c" in context and "otelloop/_keys.c" in context
+    assert "setup.py" in context
+    assert {"otelloop/_scan.c", "otelloop/_keys.c", "otelloop/_progress.c"} <= context
     # A native reader built in place (setup.py build_ext --inplace) must never reach the image: it was
     # compiled for this machine, and it would hide a build stage that cannot compile.
     assert not [p for p in context if p.endswith((".so", ".pyc")) or "__pycache__" in p]
@@ -204,7 +205,7 @@ def test_image_environment_runs_the_native_reader(tmp_path: Path) -> None:
     version = subprocess.run([str(venv_bin / "otelloop"), "--version"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=60, check=True)
     assert version.stdout.strip() == f"otelloop {_version()} {NATIVE}"
-    for module in ("otelloop._scan", "otelloop._keys"):
+    for module in ("otelloop._scan", "otelloop._keys", "otelloop._progress"):
         where = subprocess.run([str(venv_bin / "python"), "-c", f"import {module} as m; print(m.__file__)"],
                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True)
         assert Path(where.stdout.strip()).is_relative_to(tmp_path / "runtime-venv"), where.stdout
@@ -218,7 +219,8 @@ def _version() -> str:
 def test_a_failing_compiler_fails_only_the_build_that_requires_the_native_reader(
         tmp_path: Path, required: bool, builds: bool) -> None:
     """``pip install`` falls back to the pure-Python reader; the image's build (REQUIRE_NATIVE) fails."""
-    for rel in ("setup.py", "pyproject.toml", "README.md", "otelloop/_scan.c", "otelloop/_keys.c"):
+    for rel in ("setup.py", "pyproject.toml", "README.md", "otelloop/_scan.c", "otelloop/_keys.c",
+                "otelloop/_progress.c"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, tmp_path / rel)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -228,7 +230,7 @@ def test_a_failing_compiler_fails_only_the_build_that_requires_the_native_reader
                              "--build-temp", "tmp"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     assert (result.returncode == 0) is builds, result.stderr[-2000:]
-    assert not list((tmp_path / "lib").rglob("_scan*.so")) and not list((tmp_path / "lib").rglob("_keys*.so"))
+    assert not [so for name in ("_scan", "_keys", "_progress") for so in (tmp_path / "lib").rglob(f"{name}*.so")]
 
 
 def test_image_listens_on_every_interface_whatever_serve_command_it_runs() -> None:
