@@ -1608,7 +1608,22 @@ static PyObject *observe(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 /* ---- the State type ------------------------------------------------------------------------------------------- */
 
+/* The Python objects a state holds (the last edit's fragments, the last failure, each clock table's last
+ * numbers and span start): visited so that gc.get_referents, and so otelloop.bounds.deep_size (the store's
+ * estimate of a session's bytes), sees them. They hold only strings and numbers: no cycle runs through a
+ * state, so there is nothing to clear. */
+static int state_traverse(State *s, visitproc visit, void *arg) {
+    Py_VISIT(s->edit);
+    Py_VISIT(s->failure);
+    for (int i = 0; i < s->nclocks; i++) {
+        Py_VISIT(s->clocks[i]->numbers);
+        Py_VISIT(s->clocks[i]->start_ns);
+    }
+    return 0;
+}
+
 static void state_dealloc(State *s) {
+    PyObject_GC_UnTrack(s);
     vec_free(&s->seen);
     vec_free(&s->calls);
     vec_free(&s->results);
@@ -1625,8 +1640,8 @@ static void state_dealloc(State *s) {
 
 static size_t vec_bytes(const Vec *a) { return (size_t)a->cap * sizeof(uint64_t); }
 
-/* What the session's state holds in memory, its records and arrays with it (not the Python objects it
- * shares with steps: a failure's text, an edit's fragments, a result's numbers). */
+/* What the session's state holds in memory, its records and arrays with it (the Python objects it holds
+ * are counted by whoever walks its referents: see state_traverse). */
 static PyObject *state_sizeof(State *s, PyObject *unused) {
     (void)unused;
     size_t n = sizeof(State) + vec_bytes(&s->seen) + vec_bytes(&s->calls) + vec_bytes(&s->results) +
@@ -1688,9 +1703,10 @@ static PyTypeObject StateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otelloop._progress.State",
     .tp_doc = "The progress tracker's state of one session (otelloop.progress.ProgressState, in C records).",
     .tp_basicsize = sizeof(State),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
     .tp_dealloc = (destructor)state_dealloc,
+    .tp_traverse = (traverseproc)state_traverse,
     .tp_methods = state_methods,
     .tp_getset = state_getset,
 };
