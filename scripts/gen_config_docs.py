@@ -57,12 +57,12 @@ ENVIRONMENT: tuple[tuple[tuple[str, ...], str], ...] = (
      "otherwise the checkout's HEAD is recorded. `otelloop --version`, `otelloop_build_info{version}` "
      "and the startup log show it as `0.1.0+g<commit>`; run from a git checkout, otelloop asks git."),
     (("OTELLOOP_PURE_PYTHON",),
-     "`1` makes otelloop use the pure-Python request reader and key search even where the native ones "
-     "are installed (same results, several times the CPU per span; for comparison). `otelloop --version` "
+     "`1` makes otelloop use the pure-Python request reader, key search and progress tracker even where "
+     "the native ones are installed (same results, several times the CPU per span; for comparison). `otelloop --version` "
      "names the reader in use."),
     (("OTELLOOP_REQUIRE_NATIVE",),
-     "Read when otelloop is installed or its wheel built, not at run time: `1` makes the native reader "
-     "and key search mandatory, so a missing C compiler fails `pip install .` instead of falling back "
+     "Read when otelloop is installed or its wheel built, not at run time: `1` makes the native reader, "
+     "key search and progress tracker mandatory, so a missing C compiler fails `pip install .` instead of falling back "
      "to the pure-Python ones. The container image is built with it."),
     (("the variable named by `receiver.auth.bearer_tokens_env`",),
      "Accepted OTLP bearer tokens, comma-separated; read at start."),
