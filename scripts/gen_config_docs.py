@@ -58,8 +58,8 @@ ENVIRONMENT: tuple[tuple[tuple[str, ...], str], ...] = (
      "and the startup log show it as `0.1.0+g<commit>`; run from a git checkout, otelloop asks git."),
     (("OTELLOOP_PURE_PYTHON",),
      "`1` makes otelloop use the pure-Python request reader, key search and progress tracker even where "
-     "the native ones are installed (same results, several times the CPU per span; for comparison). `otelloop --version` "
-     "names the reader in use."),
+     "the native ones are installed (same results, several times the CPU per span; for comparison). "
+     "`otelloop --version` names the reader in use."),
     (("OTELLOOP_REQUIRE_NATIVE",),
      "Read when otelloop is installed or its wheel built, not at run time: `1` makes the native reader, "
      "key search and progress tracker mandatory, so a missing C compiler fails `pip install .` instead of falling back "
