@@ -56,6 +56,17 @@ static int to_key(PyObject *obj, Key *out) {
         PyErr_Format(PyExc_TypeError, "a key must be an int or None, not %.100s", Py_TYPE(obj)->tp_name);
         return -1;
     }
+    /* Hashes take three of CPython's 30-bit digits, where PyLong_AsUnsignedLongLong converts byte by byte:
+     * an int known to fit is read digit by digit instead (exact, not masked, for such an int). */
+    if (_PyLong_Sign(obj) >= 0) {
+        size_t bits = _PyLong_NumBits(obj);
+        if (bits <= 64) {
+            *out = some((uint64_t)PyLong_AsUnsignedLongLongMask(obj));
+            return 0;
+        }
+        if (bits == (size_t)-1)
+            PyErr_Clear(); /* too large to count: refused below */
+    }
     unsigned long long v = PyLong_AsUnsignedLongLong(obj);
     if (v == (unsigned long long)-1 && PyErr_Occurred())
         return -1;
@@ -271,20 +282,29 @@ static PyObject *attr_of(const char *module, const char *name) {
  * dictionary search and a descriptor call per field, a third of the tracker's time); any other object (a
  * subclass, a stand-in in a test) goes through getattr and setattr. */
 #define MAX_FIELDS 40
+/* The fields by the address of their interned name, open addressing: a power of two well above MAX_FIELDS,
+ * so a probe ends after a step or two (a scan of the names cost a tenth of the tracker's time). */
+#define FIELD_SLOTS 128
 static struct {
     PyTypeObject *type;
     int n;
-    PyObject *name[MAX_FIELDS];
-    Py_ssize_t offset[MAX_FIELDS];
+    PyObject *name[FIELD_SLOTS];
+    Py_ssize_t offset[FIELD_SLOTS];
 } fields;
+
+static size_t field_slot(PyObject *name) {
+    return (size_t)((((uintptr_t)name >> 4) * 0x9E3779B97F4A7C15ull) >> 57); /* the top 7 bits */
+}
 
 static Py_ssize_t field_offset(PyObject *obj, PyObject *name) {
     if (Py_TYPE(obj) != fields.type)
         return -1;
-    for (int i = 0; i < fields.n; i++)
+    for (size_t i = field_slot(name);; i = (i + 1) & (FIELD_SLOTS - 1)) {
         if (fields.name[i] == name)
             return fields.offset[i];
-    return -1;
+        if (fields.name[i] == NULL)
+            return -1;
+    }
 }
 
 /* getattr(obj, name) */
@@ -336,8 +356,13 @@ static int step_fields(void *table, size_t n) {
         if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
             PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
             if (member->type == T_OBJECT_EX && !(member->flags & READONLY)) {
-                fields.name[fields.n] = *names[i].slot;
-                fields.offset[fields.n++] = member->offset;
+                size_t at = field_slot(*names[i].slot);
+                while (fields.name[at] != NULL && fields.name[at] != *names[i].slot)
+                    at = (at + 1) & (FIELD_SLOTS - 1);
+                if (fields.name[at] == NULL)
+                    fields.n++;
+                fields.name[at] = *names[i].slot;
+                fields.offset[at] = member->offset;
             }
         }
         Py_DECREF(descr);
