@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from otelloop.detector_config import DetectorConfig
 from otelloop.model import AttrValue, Finding, Step, Verdict
 
-__all__ = ["POLL_WAITS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
+__all__ = ["CONTINUE", "POLL_WAITS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
 
 
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
@@ -54,6 +54,11 @@ def retrying(step: Step, allowance: int) -> bool:
     Detectors test ``step.retry or step.wait`` before calling it: most steps are neither, and the call
     would cost more than the test on every step."""
     return 0 < step.retry <= allowance or 0 < step.wait <= min(allowance, POLL_WAITS)
+
+
+#: What ``StepContext.vote(name, "continue")`` records: a detector that withdraws its vote on nearly every
+#: step may write it into ``ctx.votes`` itself, without the call.
+CONTINUE: tuple[Verdict, str, str] = ("continue", "", "")
 
 
 class StepContext:

@@ -102,6 +102,18 @@ class DivergenceDetector(Detector):
     def new_state(self) -> DivergenceState:
         return DivergenceState()
 
+    gated: ClassVar[bool] = True
+
+    def record(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
+        """A step that brought something new starts a run of its own, one step long (progress-aware): it is
+        kept as the run, and reported only under a threshold of 1, where :meth:`observe` judges it."""
+        cfg = self.config
+        if (not cfg.progress_aware or cfg.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD) <= 1
+                or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
+            self.observe(state, step, ctx)
+            return
+        state.kind, state.name, state.run = step.kind, step.name, 1
+
     def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
         if cfg.progress_aware and (step.kind != "tool"

@@ -161,8 +161,11 @@ class DriftDetector(Detector):
     def observe(self, state: DriftState, step: Step, ctx: StepContext) -> None:
         cfg = self.config
         state.steps += 1
-        _forget(state, state.steps - cfg.window)
-        hit = self._judge(state, step)
+        if state.reads or state.writes or state.runs:
+            _forget(state, state.steps - cfg.window)
+        # A step that is no tool call completes no pattern progress-aware (most such steps are model turns).
+        hit = (self._judge(state, step) if step.kind == "tool" or step.tool_class is not None or not cfg.progress_aware
+               else None)
         if hit is not None or state.ema is not _NO_TREND:
             state.ema = _trend(state.ema, hit.pattern if hit is not None else -1, cfg.ema_alpha)
         stops = hit is not None and not state.stopped and self._stops(hit)

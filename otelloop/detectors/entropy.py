@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from otelloop.bounds import InternTable, Memo
-from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
+from otelloop.detectors.base import CONTINUE, TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 
@@ -82,6 +82,9 @@ class EntropyState:
         self.score: float | None = 1.0
 
 
+#: Scores whose severity a detector remembers (a window of ``n`` entries has at most ``n`` scores).
+MAX_SEVERITIES = 4096
+
 #: One shared tuple per distinct entry: sessions repeat the same few, so windows share them.
 _interned = InternTable(16384, 4 << 20, lambda e: 64 + sum(sys.getsizeof(s) for s in e))
 
@@ -126,6 +129,12 @@ class EntropyDetector(Detector):
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False}}
     config: EntropyConfig
 
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        #: score -> severity under this detector's thresholds (a reload builds a new detector): every step
+        #: classifies a score, and scores take few values
+        self._severities: dict[float, str] = {}
+
     def new_state(self) -> EntropyState:
         return EntropyState()
 
@@ -156,7 +165,7 @@ class EntropyDetector(Detector):
         if not cfg.progress_aware or ((step.retry or step.wait) and retrying(step, cfg.transient_retries)):
             self.observe(state, step, ctx)
             return
-        entry = (step.intent, step.name, step.outcome, _result(step))
+        entry = (step.intent, step.name, step.outcome, step.result or 0)  # _result(step) of a tool step
         state.window, state.score = (*state.window, entry)[-cfg.window:], None
         self._conclude(state, True, ctx)
 
@@ -174,7 +183,11 @@ class EntropyDetector(Detector):
         value = state.score
         if value is None:
             value = state.score = score(state.window)
-        severity = self.classify(value)
+        severity = self._severities.get(value)
+        if severity is None:
+            severity = self.classify(value)
+            if len(self._severities) < MAX_SEVERITIES:
+                self._severities[value] = severity
         attributes = ctx.attributes  # ctx.set_attribute, without a call per key on every step
         attributes["otelloop.entropy_score"] = value
         attributes["otelloop.entropy_severity"] = severity
@@ -185,7 +198,7 @@ class EntropyDetector(Detector):
         if severity == "loop":
             self._alert(state.window, value, ctx)
         else:
-            ctx.vote(self.name, "continue")
+            ctx.votes[self.name] = CONTINUE
 
     def overwritten_keys(self) -> frozenset[str]:
         key = self.config.authoritative_attribute

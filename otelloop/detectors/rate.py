@@ -75,8 +75,10 @@ class RateDetector(Detector):
         if state.cost_fired and state.tokens_fired:
             return
         cfg = self.config
+        if state.spending_steps < cfg.min_steps or state.first_start_ns <= 0:
+            return
         elapsed_s = (step.end_ns - state.first_start_ns) / 1e9
-        if state.first_start_ns <= 0 or elapsed_s < cfg.min_elapsed or state.spending_steps < cfg.min_steps:
+        if elapsed_s < cfg.min_elapsed:
             return
         threshold = cfg.cost_usd_per_second
         if not state.cost_fired and threshold is not None:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from otelloop.bounds import InternTable
-from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
+from otelloop.detectors.base import CONTINUE, TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.detectors.windows import Slide, Windows
 from otelloop.mapping.results import BLANK, FAILED
@@ -248,14 +248,14 @@ class TrajectoryDetector(Detector):
             return
         if (step.retry or step.wait) and retrying(step, cfg.transient_retries):
             return
-        if len(state.history) > cfg.history:
-            state.history = state.history[-cfg.history:]
-        _note_agent(state, step.agent)
+        agent = step.agent
+        if agent and agent != state.first_agent:
+            _note_agent(state, agent)
         state.phantom_run = 0
-        entry = _Entry(step.name, step.agent, step.args_hash,
+        entry = _Entry(step.name, agent, step.args_hash,
                        step.state_hash if step.state_hash is not None else step.output_hash, None, False,
                        step.file_path or step.command, step.novel, False)
-        state.history = (*state.history, entry)[-cfg.history:]
+        state.history = (*state.history, entry)[-cfg.history:]  # (also applies a history a reload shrank)
         self._conclude(state, {}, step, ctx)
 
     holds: ClassVar[bool] = True
@@ -273,6 +273,15 @@ class TrajectoryDetector(Detector):
 
     def _conclude(self, state: TrajectoryState, signals: dict[str, _Signal], step: Step, ctx: StepContext) -> None:
         """Score the step's signals, set the span's score and level, report a rise and vote."""
+        if not signals and not state.score:
+            # Nothing fired and nothing to decay (most steps of a healthy session): the score stays 0, whose
+            # level is ``observe`` under any thresholds (they are positive), so nothing rises.
+            state.level = "observe"
+            attributes = ctx.attributes
+            attributes["otelloop.loop_score"] = state.score
+            attributes["otelloop.intervention"] = "observe"
+            ctx.votes[self.name] = CONTINUE
+            return
         cfg = self.config
         previous = state.level
         state.score = _next_score(state.score, signals, self._weights, cfg)
