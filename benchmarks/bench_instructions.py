@@ -1,7 +1,8 @@
 """Instructions per span, counted by callgrind: a figure this machine's noise does not touch.
 
-``otelloop serve`` (every thread) runs under ``valgrind --tool=callgrind`` with every detector on, behind
-a counting sink. The workload's requests (``workload.py``: ``looping``, 64 distinct ones cycled, each
+``otelloop serve`` (every thread) runs under ``valgrind --tool=callgrind`` with every detector on
+(``--modes all``, the default), off (``none``) or both, behind a counting sink, each request answered
+once processed. The workload's requests (``workload.py``: ``looping``, 64 distinct ones cycled, each
 sent with new span ids; ``realistic``, the pool's 64 requests renewed every pass) are sent one by one,
 first ``--short`` of them and then, in a second server, ``--long``; the difference of the two totals
 divided by the spans it covers is what a span costs in steady state (start-up and warm-up cancel out).
@@ -14,6 +15,7 @@ Compare builds with ``--tree DIR``: the source tree whose ``otelloop`` runs (bui
 ``python setup.py build_ext --inplace``); the workload is always this tree's.
 
     python benchmarks/bench_instructions.py [--workload looping|realistic] [--short 64] [--long 192]
+        [--modes all|none|none,all] [--tree DIR]
     python benchmarks/bench_instructions.py --in-process [--workload realistic] [--modes none,all]
         [--short 4] [--long 20] [--tree DIR]
 
@@ -38,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_client import span_id_offsets, with_fresh_ids
+from bench_pipeline import DETECTORS
 from workload import looping_batches, realistic_pool, renew, token_of
 
 HERE = Path(__file__).parent
@@ -55,20 +58,27 @@ def workload_requests(workload: str, n: int) -> list[bytes]:
     return [renew(pool.batches[i % size], token_of(7, i // size + 1), token_of(7, i // size)) for i in range(n)]
 
 
-def count(requests: list[bytes], n: int, tmp: Path, tree: Path) -> int:
-    """Instructions callgrind counts for a server (``tree``'s) that starts, takes ``n`` requests and stops."""
+def count(requests: list[bytes], n: int, tmp: Path, tree: Path, mode: str = "all") -> int:
+    """Instructions callgrind counts for a server (``tree``'s) that starts, takes ``n`` requests and stops;
+    ``mode`` ``none`` turns off every detector the benchmarks know."""
     import grpc
     import yaml
 
     sink = subprocess.Popen([sys.executable, str(HERE / "sink.py"), "0"], stdout=subprocess.PIPE, text=True)
     port = sink.stdout.readline().strip()  # type: ignore[union-attr]
     config = tmp / "otelloop.yaml"
-    config.write_text(yaml.safe_dump({"exporter": {"endpoint": f"grpc://127.0.0.1:{port}", "compression": "none"},
-                                      "state": {"idle_timeout": "1h", "max_sessions": 100_000}}))
-    ready, log = tmp / f"ready-{n}.json", tmp / f"callgrind-{n}.log"
+    settings: dict[str, object] = {"exporter": {"endpoint": f"grpc://127.0.0.1:{port}", "compression": "none"},
+                                   "state": {"idle_timeout": "1h", "max_sessions": 100_000},
+                                   # answered once processed: under valgrind, requests answered on receipt would
+                                   # outrun the work and be refused as the backlog fills
+                                   "receiver": {"acknowledge": "processed"}}
+    if mode == "none":
+        settings["detectors"] = {name: {"enabled": False} for name in DETECTORS}
+    config.write_text(yaml.safe_dump(settings))
+    ready, log = tmp / f"ready-{mode}-{n}.json", tmp / f"callgrind-{mode}-{n}.log"
     with log.open("w") as err:
         server = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp / f'callgrind-{n}.out'}",
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp / f'callgrind-{mode}-{n}.out'}",
              os.path.realpath(sys.executable), "-m", "otelloop", "serve", "--config", str(config),
              "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
              "--ready-file", str(ready)],
@@ -140,7 +150,7 @@ def main() -> None:
     ap.add_argument("--short", type=int, default=None, help="requests of the first run (64; in process 4)")
     ap.add_argument("--long", type=int, default=None, help="requests of the second run (192; in process 20)")
     ap.add_argument("--in-process", action="store_true", help="count the pipeline in process (see above)")
-    ap.add_argument("--modes", default="all", help="in process: all, none or none,all")
+    ap.add_argument("--modes", default="all", help="every detector on (all), off (none) or both (none,all)")
     ap.add_argument("--tree", type=Path, default=HERE.parent,
                     help="the source tree whose otelloop is counted (built in place; default: this one)")
     args = ap.parse_args()
@@ -160,12 +170,14 @@ def main() -> None:
         return
     workload, short_n, long_n = args.workload or "looping", args.short or 64, args.long or 192
     requests = workload_requests(workload, long_n)
-    with tempfile.TemporaryDirectory() as d:
-        short = count(requests, short_n, Path(d), tree)
-        long = count(requests, long_n, Path(d), tree)
     spans = (long_n - short_n) * SPANS
-    print(f"{workload}: {short_n} requests: {short:,} instructions; {long_n} requests: {long:,}; "
-          f"{(long - short) / spans:,.0f} instructions per span over the last {spans:,} spans")
+    with tempfile.TemporaryDirectory() as d:
+        for mode in args.modes.split(","):
+            short = count(requests, short_n, Path(d), tree, mode)
+            long = count(requests, long_n, Path(d), tree, mode)
+            print(f"{workload}, detectors {mode}: {short_n} requests: {short:,} instructions; {long_n} requests: "
+                  f"{long:,}; {(long - short) / spans:,.0f} instructions per span over the last {spans:,} spans",
+                  flush=True)
 
 
 if __name__ == "__main__":
