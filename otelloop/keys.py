@@ -11,10 +11,11 @@ when the Python one runs although the native reader does.
 
 from __future__ import annotations
 
-import os
 import sys
 from array import array
 from typing import Protocol
+
+from otelloop import native
 
 _WIDTH = array("Q").itemsize
 
@@ -41,18 +42,8 @@ def find_entry_py(values: array[int], value: int, stride: int = 1) -> int:
     return -1 if pos < 0 else pos // _WIDTH
 
 
-def _native() -> _Find | None:
-    """The native search, or None where it was not built or ``OTELLOOP_PURE_PYTHON`` turns it off."""
-    if os.environ.get("OTELLOOP_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from otelloop import _keys
-    except ImportError:  # no C compiler at install time
-        return None
-    return _keys.find_entry
-
-
-_native_find = _native()
+_keys = native.load("_keys")
+_native_find: _Find | None = None if _keys is None else _keys.find_entry
 #: The native search is in use.
 NATIVE = _native_find is not None
 #: Index of the entry (``stride`` values each, default 1) whose first value is ``value``, or -1 (see

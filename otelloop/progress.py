@@ -42,11 +42,11 @@ meaning, so that a session costs a few small objects rather than an int object p
 from __future__ import annotations
 
 import functools
-import os
 from array import array
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from otelloop import native
 from otelloop.keys import find_entry
 from otelloop.mapping import fragments
 from otelloop.mapping.canonical import LEARNABLE, SAYS, hash_bytes, hash_text
@@ -594,18 +594,7 @@ class Tracker(NamedTuple):
     native: bool
 
 
-def _native_module() -> Any:
-    """``otelloop._progress``, or None where it was not built or ``OTELLOOP_PURE_PYTHON`` turns it off."""
-    if os.environ.get("OTELLOOP_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from otelloop import _progress
-    except ImportError:  # no C compiler at install time
-        return None
-    return _progress
-
-
-_native = _native_module()
+_native: Any = native.load("_progress")
 #: The native tracker is in use.
 NATIVE = _native is not None
 

@@ -42,13 +42,13 @@ use one per thread.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol, cast
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otelloop import native
 from otelloop.otlp import wire
 
 try:
@@ -59,7 +59,7 @@ except ImportError:  # no C compiler at install time
 _native = _scan
 
 #: The native reader is in use (``OTELLOOP_PURE_PYTHON=1`` turns it off, for comparison).
-NATIVE = _native is not None and os.environ.get("OTELLOOP_PURE_PYTHON", "") in ("", "0")
+NATIVE = _native is not None and not native.pure_python()
 
 
 
