@@ -310,3 +310,19 @@ def test_the_hold_follows_the_configuration_and_its_reloads() -> None:
         pipeline.reconfigure(build_config(settings, env={}))
         assert pipeline.engine.hold is hold, settings
         assert pipeline.engine.gate
+
+
+@pytest.mark.parametrize("threshold", [1, 4])
+def test_divergence_judges_a_calm_step_in_full_under_a_threshold_of_one(threshold: int) -> None:
+    """A read that brought something new is a run one step long: gated, divergence keeps it as its run and
+    leaves it to ``observe`` only where a threshold of 1 reports such a run; the gate changes nothing."""
+    runs = {}
+    for gate in (True, False):
+        run = DetectorRun("divergence", detectors={"divergence": {"thresholds": {"tool": threshold}}})
+        run.engine.gate = gate
+        contexts = run.run([_read(i, i) for i in range(3)])
+        state = run.session().state("divergence")
+        runs[gate] = ([[f.event for f in ctx.findings] for ctx in contexts], (state.kind, state.name, state.run))
+    assert runs[True] == runs[False]
+    assert runs[True][0] == ([["otelloop.divergence_suspected"], [], []] if threshold == 1 else [[], [], []])
+    assert runs[True][1] == ("tool", "read_file", 1)
