@@ -134,6 +134,10 @@ class EntropyDetector(Detector):
         #: score -> severity under this detector's thresholds (a reload builds a new detector): every step
         #: classifies a score, and scores take few values
         self._severities: dict[float, str] = {}
+        cfg = self.config
+        #: the settings the hold reads on nearly every step of a stopped session, as plain attributes
+        self._size, self._aware = cfg.window, cfg.progress_aware
+        self._retries, self._authority = cfg.transient_retries, cfg.authoritative_attribute
 
     def new_state(self) -> EntropyState:
         return EntropyState()
@@ -147,58 +151,67 @@ class EntropyDetector(Detector):
         """Add the step's entry to the window if the step counts (progress-aware: a judged tool step
         outside a retry allowance; seed: every step); whether it did. A step not counted still cuts a
         window a reload shrank."""
-        cfg = self.config
-        if cfg.progress_aware and (step.kind != "tool" or step.novel is None
-                                   or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
-            if len(state.window) > cfg.window:
-                state.window, state.score = state.window[-cfg.window:], None
+        size = self._size
+        if self._aware and (step.kind != "tool" or step.novel is None
+                            or ((step.retry or step.wait) and retrying(step, self._retries))):
+            if len(state.window) > size:
+                state.window, state.score = state.window[-size:], None
             return False
-        entry: Entry = _interned((step.intent, step.name, step.outcome, _result(step)) if cfg.progress_aware
-                                 else (step.intent, step.name, step.outcome))
-        state.window, state.score = (*state.window, entry)[-cfg.window:], None
+        entry: Entry = ((step.intent, step.name, step.outcome, step.result or 0) if self._aware
+                        else (step.intent, step.name, step.outcome))
+        state.window, state.score = (*state.window, _interned.get(entry) or _interned(entry))[-size:], None
         return True
 
     def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         """A step that brought something new: its entry (progress-aware: with a result never seen in the
         session) is kept without interning, since no other step shares it; the rest is :meth:`observe`'s."""
-        cfg = self.config
-        if not cfg.progress_aware or ((step.retry or step.wait) and retrying(step, cfg.transient_retries)):
+        if not self._aware or ((step.retry or step.wait) and retrying(step, self._retries)):
             self.observe(state, step, ctx)
             return
-        entry = (step.intent, step.name, step.outcome, step.result or 0)  # _result(step) of a tool step
-        state.window, state.score = (*state.window, entry)[-cfg.window:], None
+        entry = (step.intent, step.name, step.outcome, step.result or 0)  # a tool step's result (0: unknown)
+        state.window, state.score = (*state.window, entry)[-self._size:], None
         self._conclude(state, True, ctx)
 
     holds: ClassVar[bool] = True
 
     def hold(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
-        """A stopped session's repeat: kept in the window as :meth:`observe` keeps it (a few tuple
-        operations), so the score stays current, but it raises no alert and changes no vote."""
+        """A stopped session's repeat: kept in the window as :meth:`observe` keeps it, so the score stays
+        current, but it raises no alert and changes no vote (the first half of :meth:`_conclude`, inline:
+        nearly every step of a stopped session that keeps sending comes here)."""
         self._count(state, step)
-        self._conclude(state, False, ctx)
-
-    def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
-        """Score the window, set the span's score and severity, and alert or vote on a counted step."""
-        cfg = self.config
         value = state.score
         if value is None:
             value = state.score = score(state.window)
-        severity = self._severities.get(value)
-        if severity is None:
-            severity = self.classify(value)
-            if len(self._severities) < MAX_SEVERITIES:
-                self._severities[value] = severity
+        attributes = ctx.attributes
+        attributes["otelloop.entropy_score"] = value
+        attributes["otelloop.entropy_severity"] = self._severities.get(value) or self._severity(value)
+        if self._authority:
+            ctx.overwrites[self._authority] = value
+
+    def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
+        """Score the window, set the span's score and severity, and alert or vote on a counted step."""
+        value = state.score
+        if value is None:
+            value = state.score = score(state.window)
+        severity = self._severities.get(value) or self._severity(value)
         attributes = ctx.attributes  # ctx.set_attribute, without a call per key on every step
         attributes["otelloop.entropy_score"] = value
         attributes["otelloop.entropy_severity"] = severity
-        if cfg.authoritative_attribute:
-            ctx.overwrites[cfg.authoritative_attribute] = value
+        if self._authority:
+            ctx.overwrites[self._authority] = value
         if not counted:  # the score as it stands; only a counted step alerts or changes the vote
             return
         if severity == "loop":
             self._alert(state.window, value, ctx)
         else:
             ctx.votes[self.name] = CONTINUE
+
+    def _severity(self, value: float) -> str:
+        """:meth:`classify`, remembered for the next step with the same score."""
+        severity = self.classify(value)
+        if len(self._severities) < MAX_SEVERITIES:
+            self._severities[value] = severity
+        return severity
 
     def overwritten_keys(self) -> frozenset[str]:
         key = self.config.authoritative_attribute
@@ -242,8 +255,3 @@ class EntropyDetector(Detector):
             "entropy_severity": self.classify(value),
         }
 
-
-def _result(step: Step) -> int:
-    """What a step's result is identified by (0 when unknown)."""
-    key = step.result if step.kind == "tool" else step.output_hash
-    return key or 0
