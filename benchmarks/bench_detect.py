@@ -5,7 +5,11 @@ there and the machines here vary by ±10 % from one run to the next (±45 % on a
 saves a tenth of the detection cost is lost in that noise. This benchmark takes the workload's steps as
 the pipeline maps them (``workload.py``, ``--workload realistic`` or ``looping``), then runs only what
 happens to a step after mapping — ``DetectorEngine.observe`` and the encoding of what its span gains —
-on fresh session states. Two measures:
+on fresh session states. ``--workload held`` is the looping workload as a saturated server sees it: its
+requests sent again with new span ids (the pipeline drops repeated ones, so ``looping`` is its first
+pass only), the first :data:`HELD_WARM_PASSES` passes detected unmeasured, so that every session is
+stopped, and only the later passes measured, whose steps are all held (docs/architecture.md#after-the-verdict).
+Two measures:
 
 - **time** (default): µs per step, min and median over ``--rounds`` rounds, the garbage collector off
   during each. A floor (warm caches, no collections) that still moves with the machine's load.
@@ -13,9 +17,10 @@ on fresh session states. Two measures:
   (``apt-get install valgrind``): the steps replayed twice, ``--steps`` and four times as many, and the
   difference divided, so start-up and imports cancel out. With a fixed hash seed the count is the same
   from one run to the next to the instruction; it does not see cache misses, so confirm a change with
-  time too. Each count takes about a minute.
+  time too. The collector is off and the process ends without its final collection, as in the timed
+  measure (counts before 2026-11-27's held workload included both). Each count takes about a minute.
 
-    python benchmarks/bench_detect.py [--workload realistic|looping] [--rounds 7] [--passes 3]
+    python benchmarks/bench_detect.py [--workload realistic|looping|held] [--rounds 7] [--passes 3]
         [--instructions [--steps 4000]] [--ablate] [--builds NAME=DIR,NAME=DIR] [--json out.json]
 
 ``--ablate`` also runs the engine without each detector in turn, and with none (the progress tracker and
@@ -42,6 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_client import span_id_offsets, with_fresh_ids
 from bench_pipeline import DETECTORS
 from workload import looping_batches, realistic_pool, renew, token_of
 
@@ -55,6 +61,8 @@ from otelloop.state import Session
 HERE = Path(__file__).resolve()
 #: A step as the engine receives it, with its session's id.
 Captured = tuple[str, Step]
+#: Passes of ``--workload held`` detected before any is measured: every session is stopped after them.
+HELD_WARM_PASSES = 2
 #: The hash seed of the replays counted: dict and set layouts, and so the instructions, depend on it.
 HASH_SEED = "0"
 
@@ -74,51 +82,68 @@ def _config() -> Config:
     return build_config({"state": {"idle_timeout": "1h", "max_sessions": 1_000_000}}, env={})
 
 
-def capture(workload: str, passes: int) -> list[Captured]:
+def capture(workload: str, passes: int) -> tuple[int, list[Captured]]:
     """The steps of ``passes`` passes over the workload's requests, in the order the pipeline detects them,
-    each with the id of its session."""
+    each with the id of its session, after the steps of the passes that only warm up (``held``); returns
+    how many steps warm up, and every step."""
     config = _config()
     pipeline = Pipeline(config)
     recorder = _Recorder(config.detectors, hold=pipeline.engine.hold)
     recorder.steps = []
     pipeline.engine = recorder
+    warm = 0
     if workload == "realistic":
         pool = realistic_pool()
         requests = [renew(batch, token_of(7, k + 1), token_of(7, k)) for k in range(passes) for batch in pool.batches]
+    elif workload == "held":
+        batches = looping_batches()
+        offsets = [span_id_offsets(data) for data in batches]
+        requests = [with_fresh_ids(data, at) for _ in range(HELD_WARM_PASSES + passes)
+                    for data, at in zip(batches, offsets, strict=True)]
     else:
         requests = looping_batches() * passes
-    for data in requests:
+    for n, data in enumerate(requests):
+        if workload == "held" and n == HELD_WARM_PASSES * len(requests) // (HELD_WARM_PASSES + passes):
+            warm = len(recorder.steps)
         decoded = run(pipeline.map_scan(pipeline.read(data)))
         run(pipeline.process_steps(decoded)).data  # noqa: B018 (the parts are built lazily)
-    return recorder.steps
+    return warm, recorder.steps
 
 
-def replay(steps: list[Captured], only: set[str] | None) -> None:
-    """Detect ``steps`` on fresh sessions with the detectors ``only`` (None: all), encoding what each span
+class Replay:
+    """Fresh sessions that detect steps with the detectors ``only`` (None: all), encoding what each span
     gains, as the pipeline does."""
-    config = _config()
-    engine = DetectorEngine(config.detectors, only=only, hold=True)
-    encode = Pipeline(config)._encode
-    sessions: dict[str, Session] = {}
-    for sid, step in steps:
-        session = sessions.get(sid)
-        if session is None:
-            session = sessions[sid] = Session(sid, 0.0)
-        encode(step, engine.observe(session, step), False)
+
+    def __init__(self, only: set[str] | None) -> None:
+        config = _config()
+        self.engine = DetectorEngine(config.detectors, only=only, hold=True)
+        self.encode = Pipeline(config)._encode
+        self.sessions: dict[str, Session] = {}
+
+    def __call__(self, steps: list[Captured]) -> None:
+        engine, encode, sessions = self.engine, self.encode, self.sessions
+        for sid, step in steps:
+            session = sessions.get(sid)
+            if session is None:
+                session = sessions[sid] = Session(sid, 0.0)
+            encode(step, engine.observe(session, step), False)
 
 
-def timed(steps: list[Captured], only: set[str] | None) -> float:
-    """µs per step of :func:`replay` (on copies: the tracker writes on the steps), the collector off."""
+def timed(steps: list[Captured], warm: int, only: set[str] | None) -> float:
+    """µs per step of detecting ``steps`` after the first ``warm`` of them (on copies: the tracker writes
+    on the steps), the collector off."""
     fresh = [(sid, copy.copy(step)) for sid, step in steps]
+    replay = Replay(only)
+    replay(fresh[:warm])
     gc.collect()
     gc.disable()
     try:
         started = time.perf_counter()
-        replay(fresh, only)
+        replay(fresh[warm:])
         elapsed = time.perf_counter() - started
     finally:
         gc.enable()
-    return 1e6 * elapsed / len(fresh)
+    return 1e6 * elapsed / (len(fresh) - warm)
 
 
 def configurations(ablate: bool) -> dict[str, set[str] | None]:
@@ -167,7 +192,7 @@ def instructions(build: Path | None, saved: Path, steps: int, only: set[str] | N
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", choices=["realistic", "looping"], default="realistic")
+    ap.add_argument("--workload", choices=["realistic", "looping", "held"], default="realistic")
     ap.add_argument("--rounds", type=int, default=7, help="time: rounds per configuration (min and median printed)")
     ap.add_argument("--passes", type=int, default=3, help="passes over the workload's requests")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind instead")
@@ -181,19 +206,24 @@ def main() -> None:
     ap.add_argument("--only", default="all", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.save:
-        steps = capture(args.workload, args.passes)
-        args.save.write_bytes(pickle.dumps(steps))
-        print(len(steps))
+        warm, steps = capture(args.workload, args.passes)
+        args.save.write_bytes(pickle.dumps((warm, steps)))
+        print(len(steps) - warm)
         return
-    if args.replay:  # untimed, the first --steps steps (counted under valgrind); or timed, every step
-        saved: list[Captured] = pickle.loads(args.replay.read_bytes())
+    if args.replay:  # untimed, the first --steps steps after the warm ones (counted under valgrind); or timed
+        saved: tuple[int, list[Captured]] = pickle.loads(args.replay.read_bytes())
+        warm, steps = saved
         only = _parse_only(args.only)
         if args.json:
-            args.json.write_text(json.dumps([timed(saved, only) for _ in range(args.rounds)]))
-        elif args.steps > len(saved):
-            raise SystemExit(f"--steps {args.steps}: the capture holds {len(saved):,}")
+            args.json.write_text(json.dumps([timed(steps, warm, only) for _ in range(args.rounds)]))
+        elif args.steps > len(steps) - warm:
+            raise SystemExit(f"--steps {args.steps}: the capture holds {len(steps) - warm:,} measured steps")
         else:
-            replay(saved[:args.steps], only)
+            # The collector off, as in the timed replay, and no final collection: both walk every session
+            # and would be counted with the steps, the more the more sessions the longer replay leaves.
+            gc.disable()
+            Replay(only)(steps[:warm + args.steps])
+            os._exit(0)
         return
     measure(args)
 
