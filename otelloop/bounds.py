@@ -156,9 +156,15 @@ class InternTable(Memo):
         super().__init__(max_entries, max_bytes)
         self._size = size
 
+    def __missing__(self, value: Any) -> Any:
+        """``table[value]`` for a value not kept (new, or since the table started over): it becomes the
+        shared one. A kept value is found by the dict's own lookup, without a Python call: callers on a
+        hot path write ``table[value]``."""
+        return self.put(value, value, self._size(value))
+
     def __call__(self, value: Any) -> Any:
-        found = self.get(value)
-        return self.put(value, value, self._size(value)) if found is None else found
+        """The shared object equal to ``value``: ``table[value]``."""
+        return self[value]
 
 
 #: Objects :func:`deep_size` does not count or enter: code and classes are shared by every session.

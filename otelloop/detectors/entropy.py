@@ -159,7 +159,7 @@ class EntropyDetector(Detector):
             return False
         entry: Entry = ((step.intent, step.name, step.outcome, step.result or 0) if self._aware
                         else (step.intent, step.name, step.outcome))
-        state.window, state.score = (*state.window, _interned.get(entry) or _interned(entry))[-size:], None
+        state.window, state.score = (*state.window, _interned[entry])[-size:], None
         return True
 
     def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:

@@ -222,7 +222,7 @@ class TrajectoryDetector(Detector):
             return
         if len(state.history) > cfg.history:  # a reload shrank the history
             state.history = state.history[-cfg.history:]
-        entry = _interned(self._entry(step))
+        entry = _interned[self._entry(step)]
         _note_agent(state, entry.agent)
         if cfg.progress_aware and entry.novel is not False:
             # Something new came back (whatever repeats here is work), or nothing says what came back

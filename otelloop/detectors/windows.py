@@ -58,6 +58,6 @@ class Windows:
         key = (entry, before, context)
         found: Slide | None = self._moves.get(key)
         if found is None:
-            after = self._windows((*before, entry)[-self.length:])
+            after = self._windows[(*before, entry)[-self.length:]]
             found = self._moves.put(key, Slide(entry, before, after), _SLIDE_BYTES)
         return found
