@@ -31,12 +31,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from otelloop import progress
 from otelloop.detectors.base import Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import registered
-from otelloop.model import Step
+from otelloop.model import Step, StepKind
 from otelloop.state import Session, slot
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,29 @@ ERROR_LOG_INTERVAL = 60.0
 #: sessions are watched at most (the oldest is forgotten beyond it).
 WATCH_SECONDS = 300.0
 MAX_WATCHED = 256
+
+
+#: What the engine calls for one detector on a step: the method, the detector, and the place of its state
+#: in a session's state list.
+Call = tuple[Callable[..., None], Detector, int]
+
+
+class Plan(dict[str, list[Call]]):
+    """The calls of one plan (full, calm or held), per step kind: a detector that does nothing with a kind
+    (``Detector.kinds``) is left out of that kind's calls. A kind no list was made for (none but
+    ``Step.kind``'s three are mapped) gets the calls of the detectors that look at every kind."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        super().__init__((kind, [c for c in calls if _looks_at(c[1], kind)]) for kind in get_args(StepKind))
+        self.every_kind = [c for c in calls if c[1].kinds() is None]
+
+    def __missing__(self, kind: str) -> list[Call]:
+        return self.every_kind
+
+
+def _looks_at(detector: Detector, kind: str) -> bool:
+    kinds = detector.kinds()
+    return kinds is None or kind in kinds
 
 
 class DetectorEngine:
@@ -92,14 +115,15 @@ class DetectorEngine:
             if cfg.enabled:
                 detectors.append(cls(cfg))
         self.detectors = detectors
-        #: (what to call, the detector, place of its state in a session's state list) for a step run in
-        #: full, for a calm step and for a held one, and the list length they need
-        self._full = [(det.observe, det, slot(det.name)) for det in detectors]
-        self._calm = [(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors]
+        #: What each detector is called with on a step run in full, on a calm step and on a held one, per
+        #: step kind (:class:`Plan`)
+        self._full = Plan([(det.observe, det, slot(det.name)) for det in detectors])
+        self._calm = Plan([(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors])
         #: (a detector that holds with the base class's ``hold``, which gives nothing, is left out)
-        self._held = [(det.hold if det.holds else det.observe, det, slot(det.name)) for det in detectors
-                      if not det.holds or type(det).hold is not Detector.hold]
-        self._width = max((place + 1 for _, _, place in self._full), default=0)
+        self._held = Plan([(det.hold if det.holds else det.observe, det, slot(det.name)) for det in detectors
+                           if not det.holds or type(det).hold is not Detector.hold])
+        #: the length of a session's state list the detectors need
+        self._width = max((slot(det.name) + 1 for det in detectors), default=0)
 
     def overwritten_keys(self) -> frozenset[str]:
         """Span attribute keys the detectors in force may overwrite."""
@@ -121,7 +145,7 @@ class DetectorEngine:
         plan = self._plan(session, step)
         if plan is self._held:
             session.held += 1
-        for run, det, place in plan:
+        for run, det, place in plan[step.kind]:
             try:
                 state = states[place]
                 if state is None:
@@ -137,7 +161,7 @@ class DetectorEngine:
         ctx.attributes["otelloop.verdict"] = session.verdict
         return ctx
 
-    def _plan(self, session: Session, step: Step) -> list[tuple[Callable[..., None], Detector, int]]:
+    def _plan(self, session: Session, step: Step) -> Plan:
         """What each detector is called with on ``step``: the calm, held or full plan (see above)."""
         if not self.gate or session.paused or (self._watched and self._watching(session.id)):
             return self._full

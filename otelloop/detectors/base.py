@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 from otelloop.detector_config import DetectorConfig
 from otelloop.model import AttrValue, Finding, Step, Verdict
 
-__all__ = ["CONTINUE", "POLL_WAITS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "StepContext", "retrying"]
+__all__ = ["CONTINUE", "POLL_WAITS", "TOOL_STEPS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "Settings",
+           "StepContext", "retrying"]
 
 
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
@@ -55,6 +56,9 @@ def retrying(step: Step, allowance: int) -> bool:
     would cost more than the test on every step."""
     return 0 < step.retry <= allowance or 0 < step.wait <= min(allowance, POLL_WAITS)
 
+
+#: What :meth:`Detector.kinds` returns for a detector that looks at tool steps only.
+TOOL_STEPS: frozenset[str] = frozenset(("tool",))
 
 #: What ``StepContext.vote(name, "continue")`` records: a detector that withdraws its vote on nearly every
 #: step may write it into ``ctx.votes`` itself, without the call.
@@ -105,6 +109,13 @@ class StepContext:
             self.raised = True
 
 
+class Settings:
+    """A validated detector configuration's field values as plain attributes (``Detector.settings``)."""
+
+    def __init__(self, config: DetectorConfig) -> None:
+        self.__dict__.update(config.__dict__)
+
+
 class Detector(ABC):
     """Base class of all detectors. Subclasses set ``name`` and ``Config`` and implement two methods."""
 
@@ -122,6 +133,11 @@ class Detector(ABC):
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
+        #: The same values as plain attributes, for the per-step code: a read from the pydantic model goes
+        #: through its ``__getattr__`` hook, which keeps CPython from specialising the read (80 ns against
+        #: 23). A reload builds new detectors, so the copy never goes stale. Subclasses annotate it with
+        #: their ``Config`` type, as they do ``config``.
+        self.settings: Any = Settings(config)
 
     @abstractmethod
     def new_state(self) -> Any:
@@ -145,6 +161,12 @@ class Detector(ABC):
         must carry, without judging it: no finding, no vote; ``state`` may take in the step where that
         is cheap bookkeeping (a window, a total). Default: nothing (the span carries nothing of this
         detector's; the engine then leaves the detector out of held steps)."""
+        return None
+
+    def kinds(self) -> frozenset[str] | None:
+        """The step kinds (``Step.kind``) this detector does anything with under its settings: the engine
+        calls none of its methods on a step of another kind (most steps are model turns, and a call that
+        returns at once still costs the step a call). Default: None, every kind."""
         return None
 
     def overwritten_keys(self) -> frozenset[str]:

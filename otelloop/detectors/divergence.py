@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from otelloop.detectors.base import TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
+from otelloop.detectors.base import TOOL_STEPS, TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 
@@ -98,6 +98,7 @@ class DivergenceDetector(Detector):
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False,
                                                               "thresholds": SEED_THRESHOLDS}}
     config: DivergenceConfig
+    settings: DivergenceConfig
 
     def new_state(self) -> DivergenceState:
         return DivergenceState()
@@ -107,15 +108,19 @@ class DivergenceDetector(Detector):
     def record(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
         """A step that brought something new starts a run of its own, one step long (progress-aware): it is
         kept as the run, and reported only under a threshold of 1, where :meth:`observe` judges it."""
-        cfg = self.config
+        cfg = self.settings
         if (not cfg.progress_aware or cfg.thresholds.get(step.kind, OTHER_KINDS_THRESHOLD) <= 1
                 or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             self.observe(state, step, ctx)
             return
         state.kind, state.name, state.run = step.kind, step.name, 1
 
+    def kinds(self) -> frozenset[str] | None:
+        """Progress-aware, tool steps only (a model turn is neither evidence nor a break of a run)."""
+        return TOOL_STEPS if self.settings.progress_aware else None
+
     def observe(self, state: DivergenceState, step: Step, ctx: StepContext) -> None:
-        cfg = self.config
+        cfg = self.settings
         if cfg.progress_aware and (step.kind != "tool"
                                    or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             return
@@ -141,12 +146,12 @@ class DivergenceDetector(Detector):
 
     def _extend_run(self, state: DivergenceState, step: Step) -> int:
         """Add ``step`` to the run and return the suffix count within the configured window."""
-        if self.config.progress_aware and step.novel is None:  # unjudged: no evidence, the run ends
+        if self.settings.progress_aware and step.novel is None:  # unjudged: no evidence, the run ends
             state.kind, state.name, state.run = "", "", 0
             return 0
-        if step.kind == state.kind and step.name == state.name and not (self.config.progress_aware and step.novel):
+        if step.kind == state.kind and step.name == state.name and not (self.settings.progress_aware and step.novel):
             # Capping here also applies a window shrunk by a reload to a run counted under the old one.
-            state.run = min(state.run + 1, self.config.window)
+            state.run = min(state.run + 1, self.settings.window)
         else:
             state.kind, state.name, state.run = step.kind, step.name, 1
         return state.run

@@ -119,7 +119,7 @@ class DriftState:
     between them (one per step), dropped as they leave the window.
     """
 
-    __slots__ = ("ema", "last_alert", "nudging", "reads", "runs", "steps", "stopped", "writes")
+    __slots__ = ("ema", "last_alert", "nudging", "oldest", "reads", "runs", "steps", "stopped", "writes")
 
     def __init__(self) -> None:
         #: steps of the session seen so far (all kinds); the index of the current step
@@ -127,6 +127,9 @@ class DriftState:
         self.reads: list[_Read] | None = None
         self.writes: list[_Write] | None = None
         self.runs: list[_Run] | None = None
+        #: the step index of the oldest entry the lists hold (0: they hold none): one comparison tells a
+        #: step whether any entry has left the window
+        self.oldest = 0
         #: per pattern (see :data:`PATTERNS`): moving average of "the pattern held at this step"; the
         #: shared all-zero tuple until a pattern is first seen, so a session that never drifts stores none
         self.ema: tuple[float, ...] = _NO_TREND
@@ -154,14 +157,15 @@ class DriftDetector(Detector):
     Config: ClassVar[type[DetectorConfig]] = DriftConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False, "stop_counts": {}}}
     config: DriftConfig
+    settings: DriftConfig
 
     def new_state(self) -> DriftState:
         return DriftState()
 
     def observe(self, state: DriftState, step: Step, ctx: StepContext) -> None:
-        cfg = self.config
+        cfg = self.settings
         state.steps += 1
-        if state.reads or state.writes or state.runs:
+        if 0 < state.oldest <= state.steps - cfg.window:
             _forget(state, state.steps - cfg.window)
         # A step that is no tool call completes no pattern progress-aware (most such steps are model turns).
         hit = (self._judge(state, step) if step.kind == "tool" or step.tool_class is not None or not cfg.progress_aware
@@ -177,13 +181,14 @@ class DriftDetector(Detector):
 
     def _judge(self, state: DriftState, step: Step) -> _Hit | None:
         """Record a file or command step and return the pattern it completes, if any."""
-        if self.config.progress_aware and (step.retry or step.wait) and retrying(step, self.config.transient_retries):
+        cfg = self.settings
+        if cfg.progress_aware and (step.retry or step.wait) and retrying(step, cfg.transient_retries):
             return None
         if step.tool_class == "read" and step.file_path:
             return self._read(state, step)
-        if step.tool_class == "write" and (step.file_path or self.config.progress_aware):
+        if step.tool_class == "write" and (step.file_path or cfg.progress_aware):
             return _write(state, step)
-        if self.config.progress_aware:
+        if cfg.progress_aware:
             return self._repeated_failure(state, step)
         if step.tool_class == "exec" and step.command:
             return self._run(state, step)
@@ -193,12 +198,10 @@ class DriftDetector(Detector):
         """A read completes a read loop when the file was read often enough since it last changed."""
         path = step.file_path or ""
         target = hash(path)
-        fresh = self.config.progress_aware and step.novel is True
+        fresh = self.settings.progress_aware and step.novel is True
         count = 1 if fresh else _reads_since_change(state, target) + 1
-        if state.reads is None:
-            state.reads = []
-        state.reads.append(_Read(state.steps, target, fresh))
-        return _Hit(READ_LOOP, path, count) if count >= self.config.read_loop_threshold else None
+        state.reads = _kept(state, state.reads, _Read(state.steps, target, fresh))
+        return _Hit(READ_LOOP, path, count) if count >= self.settings.read_loop_threshold else None
 
     def _repeated_failure(self, state: DriftState, step: Step) -> _Hit | None:
         """A call whose result reports the same failure as on its last runs (progress-aware).
@@ -210,11 +213,9 @@ class DriftDetector(Detector):
             return None
         target = hash((step.name, step.args_hash))
         previous = next((r.step for r in reversed(state.runs or ()) if r.target == target), None)
-        if state.runs is None:
-            state.runs = []
-        state.runs.append(_Run(state.steps, target, True, None))
+        state.runs = _kept(state, state.runs, _Run(state.steps, target, True, None))
         edited = previous is not None and any(w.step > previous for w in state.writes or ())
-        if step.repeats < (2 if edited else self.config.test_fail_threshold):
+        if step.repeats < (2 if edited else self.settings.test_fail_threshold):
             return None
         return _Hit(TEST_FAIL_LOOP, step.command or _call_text(step), step.repeats)
 
@@ -222,9 +223,7 @@ class DriftDetector(Detector):
         """A run completes a test-fail loop when the command's trailing runs all failed the same way."""
         command = step.command or ""
         run = _Run(state.steps, hash(command), step.outcome == "error", step.error_signature)
-        if state.runs is None:
-            state.runs = []
-        state.runs.append(run)
+        state.runs = _kept(state, state.runs, run)
         if not run.failed:
             return None
         streak = 0
@@ -234,22 +233,22 @@ class DriftDetector(Detector):
             if not earlier.failed or earlier.signature != run.signature:
                 break
             streak += 1
-        return _Hit(TEST_FAIL_LOOP, command, streak) if streak >= self.config.test_fail_threshold else None
+        return _Hit(TEST_FAIL_LOOP, command, streak) if streak >= self.settings.test_fail_threshold else None
 
     def _cooled_down(self, state: DriftState, pattern: int) -> bool:
         last = state.last_alert[pattern]
-        return last is None or state.steps - last > self.config.cooldown_steps
+        return last is None or state.steps - last > self.settings.cooldown_steps
 
     def _stops(self, hit: _Hit) -> bool:
         """The pattern has held often enough to stop the session (``stop_counts``)."""
-        needed = self.config.stop_counts.get(PATTERNS[hit.pattern])  # type: ignore[call-overload]
+        needed = self.settings.stop_counts.get(PATTERNS[hit.pattern])  # type: ignore[call-overload]
         return needed is not None and hit.times >= needed
 
     def _alert(self, state: DriftState, hit: _Hit, ctx: StepContext, stops: bool = False) -> None:
         alerts = state.last_alert
         state.last_alert = (*alerts[:hit.pattern], state.steps, *alerts[hit.pattern + 1:])
         ema = state.ema[hit.pattern]
-        hard = stops or ema > self.config.escalation_ema
+        hard = stops or ema > self.settings.escalation_ema
         escalation = "hard" if hard else "soft"
         pattern = PATTERNS[hit.pattern]
         target = _shorten(hit.target)
@@ -262,7 +261,7 @@ class DriftDetector(Detector):
                 "otelloop.drift.target": target,
                 "otelloop.drift.ema": ema,
                 "otelloop.drift.escalation": escalation,
-                **({"otelloop.drift.count": hit.times} if self.config.progress_aware else {}),
+                **({"otelloop.drift.count": hit.times} if self.settings.progress_aware else {}),
             },
             message=f"drift {pattern} on {target!r}: {escalation} (EMA {ema:.3g})"
                     + (f", held {hit.times} times: stop" if stops else ""),
@@ -313,9 +312,7 @@ def _write(state: DriftState, step: Step) -> _Hit | None:
         reverted = changed and any(w.old == new and w.new == old for w in earlier)
     else:
         changed, version = True, None
-    if state.writes is None:
-        state.writes = []
-    state.writes.append(_Write(state.steps, target, changed, version, old, new, reverted))
+    state.writes = _kept(state, state.writes, _Write(state.steps, target, changed, version, old, new, reverted))
     if not reverted:
         return None
     return _Hit(EDIT_REVERT, path, sum(1 for w in earlier if w.reverted) + 1)
@@ -329,26 +326,36 @@ def _reads_since_change(state: DriftState, target: int) -> int:
     return sum(1 for r in state.reads or () if r.target == target and r.step >= since)
 
 
-def _forget(state: DriftState, horizon: int) -> None:
-    """Drop the entries of steps at or before ``horizon`` (they have left the window).
-
-    Runs on every step: a list whose oldest entry is still in the window (most steps) is left without
-    a call."""
-    reads, writes, runs = state.reads, state.writes, state.runs
-    if reads and reads[0].step <= horizon:
-        _drop_until(reads, horizon)
-    if writes and writes[0].step <= horizon:
-        _drop_until(writes, horizon)
-    if runs and runs[0].step <= horizon:
-        _drop_until(runs, horizon)
-
-
 class _Entry(Protocol):
     @property
     def step(self) -> int: ...
 
 
 E = TypeVar("E", bound=_Entry)
+
+
+def _forget(state: DriftState, horizon: int) -> None:
+    """Drop the entries of steps at or before ``horizon`` (they have left the window), and note the
+    oldest entry left (``DriftState.oldest``). Called on the steps at which one has left."""
+    oldest = 0
+    lists: tuple[list[Any] | None, ...] = (state.reads, state.writes, state.runs)
+    for entries in lists:
+        if entries:
+            _drop_until(entries, horizon)
+            if entries and (not oldest or entries[0].step < oldest):
+                oldest = entries[0].step
+    state.oldest = oldest
+
+
+def _kept(state: DriftState, entries: list[E] | None, entry: E) -> list[E]:
+    """``entries`` (created on first use) with ``entry``, of the current step, appended; the entry is the
+    lists' oldest when they held none."""
+    if entries is None:
+        entries = []
+    entries.append(entry)
+    if not state.oldest:
+        state.oldest = entry.step
+    return entries
 
 
 def _drop_until(entries: list[E] | None, horizon: int) -> None:

@@ -128,16 +128,13 @@ class EntropyDetector(Detector):
     Config: ClassVar[type[DetectorConfig]] = EntropyConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"progress_aware": False}}
     config: EntropyConfig
+    settings: EntropyConfig
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
         #: score -> severity under this detector's thresholds (a reload builds a new detector): every step
         #: classifies a score, and scores take few values
         self._severities: dict[float, str] = {}
-        cfg = self.config
-        #: the settings the hold reads on nearly every step of a stopped session, as plain attributes
-        self._size, self._aware = cfg.window, cfg.progress_aware
-        self._retries, self._authority = cfg.transient_retries, cfg.authoritative_attribute
 
     def new_state(self) -> EntropyState:
         return EntropyState()
@@ -151,13 +148,14 @@ class EntropyDetector(Detector):
         """Add the step's entry to the window if the step counts (progress-aware: a judged tool step
         outside a retry allowance; seed: every step); whether it did. A step not counted still cuts a
         window a reload shrank."""
-        size = self._size
-        if self._aware and (step.kind != "tool" or step.novel is None
-                            or ((step.retry or step.wait) and retrying(step, self._retries))):
+        cfg = self.settings
+        size = cfg.window
+        if cfg.progress_aware and (step.kind != "tool" or step.novel is None
+                                   or ((step.retry or step.wait) and retrying(step, cfg.transient_retries))):
             if len(state.window) > size:
                 state.window, state.score = state.window[-size:], None
             return False
-        entry: Entry = ((step.intent, step.name, step.outcome, step.result or 0) if self._aware
+        entry: Entry = ((step.intent, step.name, step.outcome, step.result or 0) if cfg.progress_aware
                         else (step.intent, step.name, step.outcome))
         state.window, state.score = (*state.window, _interned[entry])[-size:], None
         return True
@@ -165,11 +163,12 @@ class EntropyDetector(Detector):
     def record(self, state: EntropyState, step: Step, ctx: StepContext) -> None:
         """A step that brought something new: its entry (progress-aware: with a result never seen in the
         session) is kept without interning, since no other step shares it; the rest is :meth:`observe`'s."""
-        if not self._aware or ((step.retry or step.wait) and retrying(step, self._retries)):
+        cfg = self.settings
+        if not cfg.progress_aware or ((step.retry or step.wait) and retrying(step, cfg.transient_retries)):
             self.observe(state, step, ctx)
             return
         entry = (step.intent, step.name, step.outcome, step.result or 0)  # a tool step's result (0: unknown)
-        state.window, state.score = (*state.window, entry)[-self._size:], None
+        state.window, state.score = (*state.window, entry)[-cfg.window:], None
         self._conclude(state, True, ctx)
 
     holds: ClassVar[bool] = True
@@ -185,8 +184,9 @@ class EntropyDetector(Detector):
         attributes = ctx.attributes
         attributes["otelloop.entropy_score"] = value
         attributes["otelloop.entropy_severity"] = self._severities.get(value) or self._severity(value)
-        if self._authority:
-            ctx.overwrites[self._authority] = value
+        authority = self.settings.authoritative_attribute
+        if authority:
+            ctx.overwrites[authority] = value
 
     def _conclude(self, state: EntropyState, counted: bool, ctx: StepContext) -> None:
         """Score the window, set the span's score and severity, and alert or vote on a counted step."""
@@ -197,8 +197,9 @@ class EntropyDetector(Detector):
         attributes = ctx.attributes  # ctx.set_attribute, without a call per key on every step
         attributes["otelloop.entropy_score"] = value
         attributes["otelloop.entropy_severity"] = severity
-        if self._authority:
-            ctx.overwrites[self._authority] = value
+        authority = self.settings.authoritative_attribute
+        if authority:
+            ctx.overwrites[authority] = value
         if not counted:  # the score as it stands; only a counted step alerts or changes the vote
             return
         if severity == "loop":
@@ -214,14 +215,14 @@ class EntropyDetector(Detector):
         return severity
 
     def overwritten_keys(self) -> frozenset[str]:
-        key = self.config.authoritative_attribute
+        key = self.settings.authoritative_attribute
         return frozenset((key,)) if key else frozenset()
 
     def classify(self, value: float) -> str:
         """``loop``, ``warning`` or ``normal`` under the thresholds in force."""
-        if value < self.config.loop_threshold:
+        if value < self.settings.loop_threshold:
             return "loop"
-        if value < self.config.warning_threshold:
+        if value < self.settings.warning_threshold:
             return "warning"
         return "normal"
 

@@ -66,6 +66,7 @@ class RateDetector(Detector):
     Config: ClassVar[type[DetectorConfig]] = RateConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {"min_elapsed": 0.001, "min_steps": 1}}
     config: RateConfig
+    settings: RateConfig
 
     def new_state(self) -> RateState:
         return RateState()
@@ -74,7 +75,7 @@ class RateDetector(Detector):
         _accumulate(state, step)
         if state.cost_fired and state.tokens_fired:
             return
-        cfg = self.config
+        cfg = self.settings
         if state.spending_steps < cfg.min_steps or state.first_start_ns <= 0:
             return
         elapsed_s = (step.end_ns - state.first_start_ns) / 1e9
@@ -120,9 +121,12 @@ class RateDetector(Detector):
 
 def _accumulate(state: RateState, step: Step) -> None:
     """Add the step's spend and move the session start back if this step started earlier."""
-    state.cost_usd += step.cost_usd
-    state.output_tokens += step.output_tokens
-    if step.cost_usd > 0 or step.output_tokens > 0:
-        state.spending_steps += 1
-    if step.start_ns > 0 and (state.first_start_ns <= 0 or step.start_ns < state.first_start_ns):
-        state.first_start_ns = step.start_ns
+    cost, tokens = step.cost_usd, step.output_tokens
+    if cost or tokens:  # (most steps spend nothing: tool calls)
+        state.cost_usd += cost
+        state.output_tokens += tokens
+        if cost > 0 or tokens > 0:
+            state.spending_steps += 1
+    start = step.start_ns
+    if start > 0 and (state.first_start_ns <= 0 or start < state.first_start_ns):
+        state.first_start_ns = start

@@ -245,6 +245,7 @@ class StallDetector(Detector):
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "seed": {"progress_aware": False, "budgets": "strict", "repeated_output_threshold": 3}}
     config: StallConfig
+    settings: StallConfig
 
     def new_state(self) -> StallState:
         return StallState()
@@ -309,7 +310,7 @@ class StallDetector(Detector):
         seen = (state.content, state.unjudged)
         node.stale = node.stale + 1 if not progressed and _judgeable(node.seen, seen) else 0
         node.progress, node.seen = step.progress, seen
-        if progressed and self.config.progress_aware:
+        if progressed and self.settings.progress_aware:
             node.outputs = node.diffs = node.failures = ()
             node.failing = ()
         node.turns += 1
@@ -320,7 +321,7 @@ class StallDetector(Detector):
 
     def _record_signals(self, state: StallState, node: NodeStats, step: Step, replace: bool = False) -> None:
         """Append the turn's signals; ``replace`` overwrites the current turn's instead."""
-        cfg = self.config
+        cfg = self.settings
         keep = max(cfg.repeated_output_threshold, cfg.unchanged_diff_threshold,
                    cfg.unchanged_failures_threshold, OSCILLATION_RUN, EVIDENCE)
         failure = step.failure_signature
@@ -335,7 +336,7 @@ class StallDetector(Detector):
 
     def _budgets(self, graph: Graph, node: NodeStats) -> list[_Halt]:
         """The first budget the node, its current turn or its cycle has exceeded, if any."""
-        cfg = self.config
+        cfg = self.settings
         cycle = graph.cycles.get(node.id)
         turn_s = max(0, graph.turn_end - graph.turn_start) / 1e9
         checks: list[tuple[str, float | None, float, str]] = [
@@ -360,12 +361,12 @@ class StallDetector(Detector):
 
     def _enforced(self, key: str, node: NodeStats) -> bool:
         """Whether an exceeded budget halts: always when strict, else only after turns without progress."""
-        cfg = self.config
-        return cfg.budgets == "strict" or key in cfg.model_fields_set or node.stale >= cfg.stale_turns
+        cfg = self.settings
+        return cfg.budgets == "strict" or key in self.config.model_fields_set or node.stale >= cfg.stale_turns
 
     def _signals(self, node: NodeStats) -> list[_Halt]:
         """The stall signals the node's latest turn completes."""
-        cfg = self.config
+        cfg = self.settings
         halts = []
         label = f"node {node.name!r}"
         if _same_run(node.outputs, cfg.repeated_output_threshold):

@@ -24,7 +24,15 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from otelloop.bounds import InternTable
-from otelloop.detectors.base import CONTINUE, TRANSIENT_RETRIES, Detector, DetectorConfig, StepContext, retrying
+from otelloop.detectors.base import (
+    CONTINUE,
+    TOOL_STEPS,
+    TRANSIENT_RETRIES,
+    Detector,
+    DetectorConfig,
+    StepContext,
+    retrying,
+)
 from otelloop.detectors.registry import register
 from otelloop.detectors.windows import Slide, Windows
 from otelloop.mapping.results import BLANK, FAILED
@@ -200,24 +208,29 @@ class TrajectoryDetector(Detector):
     Config = TrajectoryConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "seed": {"progress_aware": False, "min_repeats": 3, "weights": {"phantom_progress": 0.5}}}
+    config: TrajectoryConfig
+    settings: TrajectoryConfig
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
-        self.config: TrajectoryConfig = config  # type: ignore[assignment]
-        self._backend: Similarity | None = get_backend(self.config.similarity)
+        self._backend: Similarity | None = get_backend(self.settings.similarity)
         #: loop type -> its weight, for the types whose weight is not 0 (the others never fire)
         self._weights = {kind: w for kind, w in self.config.weights.model_dump().items() if w > 0}
-        self._windows = Windows(self.config.history)
+        self._windows = Windows(self.settings.history)
 
     def new_state(self) -> TrajectoryState:
         return TrajectoryState()
 
     gated: ClassVar[bool] = True
 
+    def kinds(self) -> frozenset[str]:
+        """Tool steps only: trajectories are made of tool calls."""
+        return TOOL_STEPS
+
     def observe(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
         if step.kind != "tool":
             return
-        cfg = self.config
+        cfg = self.settings
         if cfg.progress_aware and (step.retry or step.wait) and retrying(step, cfg.transient_retries):
             return
         if len(state.history) > cfg.history:  # a reload shrank the history
@@ -242,7 +255,7 @@ class TrajectoryDetector(Detector):
         without its descriptor — semantic repeat compares only earlier steps that brought nothing new —
         and without interning (a new result is no other step's), and the score decays as in
         :meth:`observe`."""
-        cfg = self.config
+        cfg = self.settings
         if not cfg.progress_aware:
             self.observe(state, step, ctx)
             return
@@ -263,7 +276,7 @@ class TrajectoryDetector(Detector):
     def hold(self, state: TrajectoryState, step: Step, ctx: StepContext) -> None:
         """A stopped session's repeat: the score and level as they stand (a step :meth:`observe` leaves
         out, a transient failure within its retry allowance, carries none here either)."""
-        cfg = self.config
+        cfg = self.settings
         if step.kind != "tool" or (cfg.progress_aware and (step.retry or step.wait)
                                      and retrying(step, cfg.transient_retries)):
             return
@@ -282,7 +295,7 @@ class TrajectoryDetector(Detector):
             attributes["otelloop.intervention"] = "observe"
             ctx.votes[self.name] = CONTINUE
             return
-        cfg = self.config
+        cfg = self.settings
         previous = state.level
         state.score = _next_score(state.score, signals, self._weights, cfg)
         state.level = _level(state.score, cfg)
@@ -307,7 +320,7 @@ class TrajectoryDetector(Detector):
             descriptor = f"{step.name}({(step.args_text or '')[:MAX_ARGS_CHARS]}) → {step.outcome}"
         return _Entry(step.name, step.agent, step.args_hash, state, descriptor,
                       descriptor is not None and is_negated(descriptor), step.file_path or step.command,
-                      step.novel if self.config.progress_aware else None,
+                      step.novel if self.settings.progress_aware else None,
                       step.novel is False and (step.outcome == "error" or bool(step.result_flags & (BLANK | FAILED))))
 
     def _detect(self, state: TrajectoryState, move: Slide, step: Step) -> dict[str, _Signal]:
@@ -318,15 +331,15 @@ class TrajectoryDetector(Detector):
         (:mod:`otelloop.detectors.windows`).
         """
         entry, history = move.entry, move.before
-        aware = self.config.progress_aware
+        aware = self.settings.progress_aware
         state.phantom_run = state.phantom_run + 1 if _phantom(history, entry) else 0
         if move.facts is None:
             move.facts = (self._semantic_repeat(history, entry),
                           _ping_pong([*history, entry], state.multi_agent, aware))
         semantic, ping_pong = move.facts
         found = {
-            "stutter": (_same_result(step, self.config.min_repeats) if aware and entry.novel is False
-                        else _stutter(history, entry, self.config.min_repeats, aware)),
+            "stutter": (_same_result(step, self.settings.min_repeats) if aware and entry.novel is False
+                        else _stutter(history, entry, self.settings.min_repeats, aware)),
             "semantic_repeat": semantic,
             "phantom_progress": (_no_progress(step) if aware else _phantom_signal(state.phantom_run)),
             "ping_pong": ping_pong,
@@ -343,7 +356,7 @@ class TrajectoryDetector(Detector):
         """
         if self._backend is None or entry.descriptor is None:
             return None
-        cfg = self.config
+        cfg = self.settings
         aware = cfg.progress_aware
         past = [e for e in history if e.descriptor is not None and not (aware and e.novel is not False)]
         if len(past) < cfg.min_repeats:

@@ -192,3 +192,20 @@ def test_a_session_that_never_drifts_stores_no_trend_and_a_faded_trend_is_forgot
     for step in parse(";".join(["-"] * 400)):
         run.step(step)
     assert state.ema is DriftState().ema and state.last_alert[0] == 3
+
+
+def test_entries_leave_the_window_as_it_slides_and_at_once_when_a_reload_shrinks_it() -> None:
+    run = SeedRun("drift", detectors={"drift": {"window": 6}})
+    run.run(parse("R a; W b 1; F t s; -; -; -"))
+    state: DriftState = run.session().state("drift")
+    assert (len(state.reads or ()), len(state.writes or ()), len(state.runs or ())) == (1, 1, 1)
+    assert state.oldest == 1
+    run.run(parse("-"))  # step 7: the read of step 1 leaves a window of 6
+    assert (len(state.reads or ()), len(state.writes or ()), len(state.runs or ())) == (0, 1, 1)
+    assert state.oldest == 2
+    run.reconfigure({"drift": {"window": 3}})
+    run.run(parse("R c"))  # step 8: a window of 3 keeps steps 6 to 8 only
+    assert (len(state.reads or ()), len(state.writes or ()), len(state.runs or ())) == (1, 0, 0)
+    assert state.oldest == 8
+    run.run(parse("-; -; -"))
+    assert (state.reads, state.writes, state.runs, state.oldest) == ([], [], [], 0)
