@@ -59,16 +59,16 @@ class Plan(dict[str, list[Call]]):
     (``Detector.kinds``) is left out of that kind's calls. A kind no list was made for (none but
     ``Step.kind``'s three are mapped) gets the calls of the detectors that look at every kind."""
 
-    def __init__(self, calls: list[Call]) -> None:
-        super().__init__((kind, [c for c in calls if _looks_at(c[1], kind)]) for kind in get_args(StepKind))
-        self.every_kind = [c for c in calls if c[1].kinds() is None]
+    def __init__(self, calls: list[Call], held: bool = False) -> None:
+        super().__init__((kind, [c for c in calls if _looks_at(c[1], kind, held)]) for kind in get_args(StepKind))
+        self.every_kind = [c for c in calls if c[1].kinds(held) is None]
 
     def __missing__(self, kind: str) -> list[Call]:
         return self.every_kind
 
 
-def _looks_at(detector: Detector, kind: str) -> bool:
-    kinds = detector.kinds()
+def _looks_at(detector: Detector, kind: str, held: bool) -> bool:
+    kinds = detector.kinds(held)
     return kinds is None or kind in kinds
 
 
@@ -121,7 +121,7 @@ class DetectorEngine:
         self._calm = Plan([(det.record if det.gated else det.observe, det, slot(det.name)) for det in detectors])
         #: (a detector that holds with the base class's ``hold``, which gives nothing, is left out)
         self._held = Plan([(det.hold if det.holds else det.observe, det, slot(det.name)) for det in detectors
-                           if not det.holds or type(det).hold is not Detector.hold])
+                           if not det.holds or type(det).hold is not Detector.hold], held=True)
         #: the length of a session's state list the detectors need
         self._width = max((slot(det.name) + 1 for det in detectors), default=0)
 

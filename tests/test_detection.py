@@ -9,7 +9,7 @@ import pytest
 
 from otelloop.config import build_config
 from otelloop.detection import DetectorEngine
-from otelloop.detectors.base import TOOL_STEPS, Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import SYSTEM_STEPS, TOOL_STEPS, Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register, registered, unregister
 from otelloop.model import Step
 from otelloop.state import Session
@@ -27,14 +27,14 @@ class ToolsOnly(Detector):
     def observe(self, state: list[str], step: Step, ctx: StepContext) -> None:
         state.append(step.kind)
 
-    def kinds(self) -> frozenset[str]:
+    def kinds(self, held: bool = False) -> frozenset[str] | None:
         return TOOL_STEPS
 
 
 class EveryKind(ToolsOnly):
     name: ClassVar[str] = "every_kind"
 
-    def kinds(self) -> None:
+    def kinds(self, held: bool = False) -> None:
         return None
 
 
@@ -64,6 +64,34 @@ def test_the_engine_off_the_gate_still_leaves_out_kinds_a_detector_does_not_look
     assert session.state("tools_only") == ["tool"]
 
 
+class HoldsTools(ToolsOnly):
+    """Every kind judged; on a held step, tool steps only."""
+
+    name: ClassVar[str] = "holds_tools"
+    holds: ClassVar[bool] = True
+
+    def kinds(self, held: bool = False) -> frozenset[str] | None:
+        return TOOL_STEPS if held else None
+
+    def hold(self, state: list[str], step: Step, ctx: StepContext) -> None:
+        state.append(f"held {step.kind}")
+
+
+def test_a_held_step_reaches_a_detector_only_on_the_kinds_it_holds() -> None:
+    register(HoldsTools)
+    try:
+        engine = DetectorEngine(only={"holds_tools"}, hold=True)
+        session = Session("s1", 0.0)
+        engine.observe(session, make_step("chat", "llm", 0))
+        session.stop_hold = ("stop", "test")  # what a stop vote leaves: the stop holds until a resume
+        for i, kind in enumerate(["llm", "tool", "system"], start=1):
+            engine.observe(session, make_step(f"step_{i}", kind, i))
+        assert session.state("holds_tools") == ["llm", "held tool"]
+        assert session.held == 3
+    finally:
+        unregister("holds_tools")
+
+
 @pytest.mark.parametrize("profile", ["default", "seed"])
 def test_every_detector_reads_the_values_of_its_validated_config(profile: str) -> None:
     configs = build_config({"detectors": {"profile": profile, "entropy": {"window": 9}}}).detectors
@@ -81,3 +109,5 @@ def test_the_built_in_detectors_that_look_at_tool_steps_only_say_so() -> None:
     assert {name for name, kinds in default.items() if kinds is None} == {"drift", "entropy", "rate", "stall"}
     seed = build_config({"detectors": {"profile": "seed"}}).detectors
     assert {det.name: det.kinds() for det in DetectorEngine(seed).detectors}["divergence"] is None
+    held = {det.name: det.kinds(held=True) for det in DetectorEngine(build_config({}).detectors).detectors}
+    assert held["stall"] == SYSTEM_STEPS and held["trajectory"] == TOOL_STEPS and held["entropy"] is None

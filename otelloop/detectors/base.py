@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 from otelloop.detector_config import DetectorConfig
 from otelloop.model import AttrValue, Finding, Step, Verdict
 
-__all__ = ["CONTINUE", "POLL_WAITS", "TOOL_STEPS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig", "Settings",
-           "StepContext", "retrying"]
+__all__ = ["CONTINUE", "POLL_WAITS", "SYSTEM_STEPS", "TOOL_STEPS", "TRANSIENT_RETRIES", "Detector", "DetectorConfig",
+           "Settings", "StepContext", "retrying"]
 
 
 #: Default retry allowance of the detectors that judge failures (``transient_retries``): a healthy client
@@ -57,8 +57,10 @@ def retrying(step: Step, allowance: int) -> bool:
     return 0 < step.retry <= allowance or 0 < step.wait <= min(allowance, POLL_WAITS)
 
 
-#: What :meth:`Detector.kinds` returns for a detector that looks at tool steps only.
+#: What :meth:`Detector.kinds` returns for a detector that looks at tool steps only, and at agent (graph
+#: node) steps only.
 TOOL_STEPS: frozenset[str] = frozenset(("tool",))
+SYSTEM_STEPS: frozenset[str] = frozenset(("system",))
 
 #: What ``StepContext.vote(name, "continue")`` records: a detector that withdraws its vote on nearly every
 #: step may write it into ``ctx.votes`` itself, without the call.
@@ -163,10 +165,11 @@ class Detector(ABC):
         detector's; the engine then leaves the detector out of held steps)."""
         return None
 
-    def kinds(self) -> frozenset[str] | None:
-        """The step kinds (``Step.kind``) this detector does anything with under its settings: the engine
-        calls none of its methods on a step of another kind (most steps are model turns, and a call that
-        returns at once still costs the step a call). Default: None, every kind."""
+    def kinds(self, held: bool = False) -> frozenset[str] | None:
+        """The step kinds (``Step.kind``) this detector does anything with under its settings (with
+        ``held``: on a held step, which a detector that ``holds`` gets as :meth:`hold`). The engine calls
+        none of its methods on a step of another kind: most steps are model turns, and a call that
+        returns at once still costs the step a call. Default: None, every kind."""
         return None
 
     def overwritten_keys(self) -> frozenset[str]:

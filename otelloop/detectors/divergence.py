@@ -115,7 +115,7 @@ class DivergenceDetector(Detector):
             return
         state.kind, state.name, state.run = step.kind, step.name, 1
 
-    def kinds(self) -> frozenset[str] | None:
+    def kinds(self, held: bool = False) -> frozenset[str] | None:
         """Progress-aware, tool steps only (a model turn is neither evidence nor a break of a run)."""
         return TOOL_STEPS if self.settings.progress_aware else None
 

@@ -53,6 +53,20 @@ class RateState:
         self.tokens_fired = False
 
 
+def _accumulate(state: RateState, step: Step, ctx: StepContext | None = None) -> None:
+    """Add the step's spend and move the session start back if this step started earlier (``ctx``:
+    unused, so that the function is the detector's ``hold`` itself)."""
+    cost, tokens = step.cost_usd, step.output_tokens
+    if cost or tokens:  # (most steps spend nothing: tool calls)
+        state.cost_usd += cost
+        state.output_tokens += tokens
+        if cost > 0 or tokens > 0:
+            state.spending_steps += 1
+    start = step.start_ns
+    if start > 0 and (state.first_start_ns <= 0 or start < state.first_start_ns):
+        state.first_start_ns = start
+
+
 @register
 class RateDetector(Detector):
     """Warns once per type per session when cost or output tokens per second exceed a threshold.
@@ -95,10 +109,10 @@ class RateDetector(Detector):
                 self._report(ctx, "otelloop.token_velocity_exceeded", "otelloop.token_velocity", rate, threshold,
                              "output tokens/s")
 
-    def hold(self, state: RateState, step: Step, ctx: StepContext) -> None:
-        """A stopped session's held step: its spend is added, so the totals stay current (the summary,
-        and the rates judged again after a resume), but no rate is judged on it and nothing is raised."""
-        _accumulate(state, step)
+    #: A stopped session's held step: its spend is added, so the totals stay current (the summary, and the
+    #: rates judged again after a resume), but no rate is judged on it and nothing is raised. (The function
+    #: itself, not a method that calls it: nearly every step of a stopped session comes here.)
+    hold = staticmethod(_accumulate)
 
     def _report(self, ctx: StepContext, event: str, key: str, rate: float, threshold: float, unit: str) -> None:
         """Report ``rate``, strictly above ``threshold``."""
@@ -118,15 +132,3 @@ class RateDetector(Detector):
             "token_velocity_exceeded": state.tokens_fired,
         }
 
-
-def _accumulate(state: RateState, step: Step) -> None:
-    """Add the step's spend and move the session start back if this step started earlier."""
-    cost, tokens = step.cost_usd, step.output_tokens
-    if cost or tokens:  # (most steps spend nothing: tool calls)
-        state.cost_usd += cost
-        state.output_tokens += tokens
-        if cost > 0 or tokens > 0:
-            state.spending_steps += 1
-    start = step.start_ns
-    if start > 0 and (state.first_start_ns <= 0 or start < state.first_start_ns):
-        state.first_start_ns = start

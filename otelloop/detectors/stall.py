@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import Field
 
 from otelloop.bounds import MAX_ID_BYTES, cut
-from otelloop.detectors.base import Detector, DetectorConfig, StepContext
+from otelloop.detectors.base import SYSTEM_STEPS, Detector, DetectorConfig, StepContext
 from otelloop.detectors.registry import register
 from otelloop.model import Finding, Step
 from otelloop.units import Duration
@@ -280,6 +280,10 @@ class StallDetector(Detector):
             ctx.set_attribute("otelloop.loop_iteration", cycle.iteration)
         for halt in halts:
             self._report(state, node, cycle, halt, ctx)
+
+    def kinds(self, held: bool = False) -> frozenset[str] | None:
+        """Every kind (each step counts as content or work), but on a held step agent (node) turns only."""
+        return SYSTEM_STEPS if held else None
 
     def hold(self, state: StallState, step: Step, ctx: StepContext) -> None:
         """A stopped session's held turn: its node's cycle and iteration as they stand (the turn is not

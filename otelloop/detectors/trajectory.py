@@ -223,7 +223,7 @@ class TrajectoryDetector(Detector):
 
     gated: ClassVar[bool] = True
 
-    def kinds(self) -> frozenset[str]:
+    def kinds(self, held: bool = False) -> frozenset[str]:
         """Tool steps only: trajectories are made of tool calls."""
         return TOOL_STEPS
 
