@@ -91,7 +91,7 @@ def capture(workload: str, passes: int) -> tuple[int, list[Captured]]:
     recorder = _Recorder(config.detectors, hold=pipeline.engine.hold)
     recorder.steps = []
     pipeline.engine = recorder
-    warm = 0
+    warm, warm_requests = 0, 0
     if workload == "realistic":
         pool = realistic_pool()
         requests = [renew(batch, token_of(7, k + 1), token_of(7, k)) for k in range(passes) for batch in pool.batches]
@@ -100,10 +100,11 @@ def capture(workload: str, passes: int) -> tuple[int, list[Captured]]:
         offsets = [span_id_offsets(data) for data in batches]
         requests = [with_fresh_ids(data, at) for _ in range(HELD_WARM_PASSES + passes)
                     for data, at in zip(batches, offsets, strict=True)]
+        warm_requests = HELD_WARM_PASSES * len(batches)
     else:
         requests = looping_batches() * passes
     for n, data in enumerate(requests):
-        if workload == "held" and n == HELD_WARM_PASSES * len(requests) // (HELD_WARM_PASSES + passes):
+        if n == warm_requests and n:
             warm = len(recorder.steps)
         decoded = run(pipeline.map_scan(pipeline.read(data)))
         run(pipeline.process_steps(decoded)).data  # noqa: B018 (the parts are built lazily)

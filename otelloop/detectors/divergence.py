@@ -146,12 +146,13 @@ class DivergenceDetector(Detector):
 
     def _extend_run(self, state: DivergenceState, step: Step) -> int:
         """Add ``step`` to the run and return the suffix count within the configured window."""
-        if self.settings.progress_aware and step.novel is None:  # unjudged: no evidence, the run ends
+        cfg = self.settings
+        if cfg.progress_aware and step.novel is None:  # unjudged: no evidence, the run ends
             state.kind, state.name, state.run = "", "", 0
             return 0
-        if step.kind == state.kind and step.name == state.name and not (self.settings.progress_aware and step.novel):
+        if step.kind == state.kind and step.name == state.name and not (cfg.progress_aware and step.novel):
             # Capping here also applies a window shrunk by a reload to a run counted under the old one.
-            state.run = min(state.run + 1, self.settings.window)
+            state.run = min(state.run + 1, cfg.window)
         else:
             state.kind, state.name, state.run = step.kind, step.name, 1
         return state.run
