@@ -255,17 +255,39 @@ def embedding_unavailable_message(missing: Sequence[str]) -> str:
             f"(missing: {', '.join(missing)})")
 
 
-_NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
+#: Words that negate what follows, as whole words in any letter case.
+NEGATION_WORDS = frozenset(("not", "no", "never", "none", "nor", "neither", "without", "cannot"))
+#: Lowercased, every text holding a negation holds one of these (its letters have no other case forms).
+_NEGATION_HINTS = ("no", "ne", "thout", "n't", "n\u2019t")
+_WORD = re.compile(r"\w+")
+#: The two forms of the letter i with a dot of their own, read as "i" (their lowercase is not plain "i").
+_I_FORMS = str.maketrans({"\u0130": "i", "\u0131": "i"})
 
 
 @functools.lru_cache(maxsize=4096)
 def is_negated(text: str) -> bool:
-    """Whether the text contains a negation word, so "X" and "not X" are not taken as repeats.
+    """Whether the text contains a negation word, so "X" and "not X" are not taken as repeats: one of
+    :data:`NEGATION_WORDS`, or a word ending in "n" contracted with "t" ("don't", "isn’t").
 
-    Memoised: a looping session asks about the same few descriptors again and again, and the search
-    costs more than the lookup (at most 4096 descriptors of a few hundred bytes are kept).
+    Most texts hold none of the hints, which a lowercased copy tells at C speed; the rest are read word by
+    word. (A single pattern with the contraction as ``\\w+n't`` backtracks over every word: about 45 µs
+    for a 200-character descriptor.) Memoised: a looping session asks about the same few descriptors
+    again and again (at most 4096 descriptors of a few hundred bytes are kept).
     """
-    return _NEGATION.search(text) is not None
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _NEGATION_HINTS):
+        return False
+    previous = None
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if word.translate(_I_FORMS).lower() in NEGATION_WORDS:
+            return True
+        if (word in ("t", "T") and previous is not None and previous.end() + 1 == match.start()
+                and text[previous.end()] in "'\u2019" and len(previous.group()) > 1
+                and previous.group()[-1] in "nN"):
+            return True
+        previous = match
+    return False
 
 
 _BACKENDS: dict[str, CachedBackend] = {}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from otelloop import similarity
@@ -83,6 +86,21 @@ def test_missing_vectors_are_computed_in_one_batch() -> None:
 ])
 def test_is_negated(text: str, negated: bool) -> None:
     assert is_negated(text) is negated
+
+
+def test_is_negated_is_the_whole_word_pattern() -> None:
+    """The word-by-word reading says what one case-insensitive pattern over whole words says, on random
+    texts joined from pieces of negations, apostrophes, separators and the dotted and dotless i (whose case
+    forms differ from plain "i")."""
+    pattern = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
+    pieces = ["not", "No", "NEVER", "none", "nor", "nEither", "without", "cannot", "do", "n", "t", "T", "'", "’",
+              " ", "_", "-", "1", "é", "\u0130", "\u0131", "\u0307", "w", "th", "ne", "out", "ot", "can",
+              "w\u0130thout", "ne\u0131ther"]
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 7))) for _ in range(100_000)]
+    differ = [t for t in texts if is_negated.__wrapped__(t) is not (pattern.search(t) is not None)]
+    assert differ == []
+    assert sum(map(is_negated.__wrapped__, texts)) > 10_000  # negated and not negated texts alike
 
 
 def test_backends_are_process_wide() -> None:

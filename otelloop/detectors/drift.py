@@ -189,7 +189,9 @@ class DriftDetector(Detector):
         if step.tool_class == "write" and (step.file_path or cfg.progress_aware):
             return _write(state, step)
         if cfg.progress_aware:
-            return self._repeated_failure(state, step)
+            # Most tool calls succeed: the call is for those whose result reports a failure.
+            failed = step.kind == "tool" and (step.outcome == "error" or step.result_flags & FAILED)
+            return self._repeated_failure(state, step) if failed else None
         if step.tool_class == "exec" and step.command:
             return self._run(state, step)
         return None
@@ -204,13 +206,12 @@ class DriftDetector(Detector):
         return _Hit(READ_LOOP, path, count) if count >= self.settings.read_loop_threshold else None
 
     def _repeated_failure(self, state: DriftState, step: Step) -> _Hit | None:
-        """A call whose result reports the same failure as on its last runs (progress-aware).
+        """A tool call whose result reports a failure: the pattern when it is the same failure as on the
+        call's last runs (progress-aware).
 
         It takes ``test_fail_threshold`` runs in a row, or two when a file was written between them:
         an edit meant to fix the failure that leaves it exactly as it was is the loop itself.
         """
-        if step.kind != "tool" or not (step.outcome == "error" or step.result_flags & FAILED):
-            return None
         target = hash((step.name, step.args_hash))
         previous = next((r.step for r in reversed(state.runs or ()) if r.target == target), None)
         state.runs = _kept(state, state.runs, _Run(state.steps, target, True, None))

@@ -251,9 +251,23 @@ class StallDetector(Detector):
         return StallState()
 
     def observe(self, state: StallState, step: Step, ctx: StepContext) -> None:
-        _note_content(state, step)
-        if step.kind != "system":
-            _note_work(state, step)
+        kind = step.kind
+        # Count the step as carrying content (arguments, a result, an error message) or, for a tool step
+        # the progress tracker could not judge, as unjudged (inline: every step of every session comes here).
+        if kind == "tool":
+            if step.novel is None:
+                state.unjudged += 1
+            else:
+                state.content += 1
+        elif step.output_hash is not None or step.args_hash is not None or step.error_hash is not None:
+            state.content += 1
+        if kind != "system":
+            # A model or tool step: its cost is charged to the current node, a write remembered.
+            graph = state.graph
+            if graph is not None and graph.current is not None:
+                graph.current.cost_usd += step.cost_usd
+            if step.tool_class == "write":
+                _note_write(state, step)
             return
         if state.graph is None:
             state.graph = Graph()
@@ -427,18 +441,6 @@ class StallDetector(Detector):
         }
 
 
-def _note_content(state: StallState, step: Step) -> None:
-    """Count the step as carrying content (arguments, a result, an error message) or, for a tool step
-    the progress tracker could not judge, as unjudged."""
-    if step.kind == "tool":
-        if step.novel is None:
-            state.unjudged += 1
-        else:
-            state.content += 1
-    elif step.output_hash is not None or step.args_hash is not None or step.error_hash is not None:
-        state.content += 1
-
-
 def _judgeable(before: tuple[int, int], now: tuple[int, int]) -> bool:
     """Whether a node's turn without progress counts as a stale turn: since its previous turn (this
     turn's own span included) some step carried content and no tool step went unjudged. Without
@@ -447,13 +449,8 @@ def _judgeable(before: tuple[int, int], now: tuple[int, int]) -> bool:
     return now[0] != before[0] and now[1] == before[1]
 
 
-def _note_work(state: StallState, step: Step) -> None:
-    """Remember a tool write (for derived diffs) and charge the step's cost to the current node."""
-    graph = state.graph
-    if graph is not None and graph.current is not None:
-        graph.current.cost_usd += step.cost_usd
-    if step.tool_class != "write":
-        return
+def _note_write(state: StallState, step: Step) -> None:
+    """Remember what a tool write wrote, for the diffs derived for node turns."""
     written = _write_hash(step)
     if written is None:
         return
