@@ -353,27 +353,24 @@ class StallDetector(Detector):
         node.failing = (*node.failing[:end], step.failing_tests)[-keep:]
 
     def _budgets(self, graph: Graph, node: NodeStats) -> list[_Halt]:
-        """The first budget the node, its current turn or its cycle has exceeded, if any."""
+        """The first budget the node, its current turn or its cycle has exceeded, if any (the words saying
+        what exceeded it are written only for that one: every turn checks every budget)."""
         cfg = self.settings
         cycle = graph.cycles.get(node.id)
-        turn_s = max(0, graph.turn_end - graph.turn_start) / 1e9
-        checks: list[tuple[str, float | None, float, str]] = [
-            ("max_turns_per_node", cfg.max_turns_per_node, node.turns, f"node {node.name!r} took {node.turns} turns"),
-            ("turn_timeout", cfg.turn_timeout, turn_s, f"a turn of node {node.name!r} lasted {turn_s:.0f}s"),
-            ("max_node_runtime", cfg.max_node_runtime, node.runtime_ns / 1e9,
-             f"node {node.name!r} ran {node.runtime_ns / 1e9:.0f}s"),
+        checks: list[tuple[str, float | None, float]] = [
+            ("max_turns_per_node", cfg.max_turns_per_node, node.turns),
+            ("turn_timeout", cfg.turn_timeout, max(0, graph.turn_end - graph.turn_start) / 1e9),
+            ("max_node_runtime", cfg.max_node_runtime, node.runtime_ns / 1e9),
         ]
         if cycle is not None:
-            runtime = sum(m.runtime_ns for m in cycle.members) / 1e9
-            cost = sum(m.cost_usd for m in cycle.members)
             checks += [
-                ("max_cycle_iterations", cfg.max_cycle_iterations, cycle.iteration,
-                 f"loop {cycle.id} reached iteration {cycle.iteration}"),
-                ("max_cycle_runtime", cfg.max_cycle_runtime, runtime, f"loop {cycle.id} ran {runtime:.0f}s"),
-                ("max_cycle_cost_usd", cfg.max_cycle_cost_usd, cost, f"loop {cycle.id} cost {cost:.4g} USD"),
+                ("max_cycle_iterations", cfg.max_cycle_iterations, cycle.iteration),
+                ("max_cycle_runtime", cfg.max_cycle_runtime, sum(m.runtime_ns for m in cycle.members) / 1e9),
+                ("max_cycle_cost_usd", cfg.max_cycle_cost_usd, sum(m.cost_usd for m in cycle.members)),
             ]
-        for key, limit, value, detail in checks:
+        for key, limit, value in checks:
             if limit is not None and value > limit and self._enforced(key, node):
+                detail = _BUDGET_DETAILS[key].format(node=node.name, loop=cycle.id if cycle else "", value=value)
                 return [_Halt("budget_exceeded", f"{detail}, over {key}={limit:g}", budget=key)]
         return []
 
@@ -439,6 +436,18 @@ class StallDetector(Detector):
                        for c in cycles.values()],
             "halted": [f"{loop_id}: {reason}" for loop_id, reason in state.halted or ()],
         }
+
+
+#: What exceeded each budget, in words (``node``: the node's name, ``loop``: its cycle's id, ``value``:
+#: what was measured).
+_BUDGET_DETAILS = {
+    "max_turns_per_node": "node {node!r} took {value} turns",
+    "turn_timeout": "a turn of node {node!r} lasted {value:.0f}s",
+    "max_node_runtime": "node {node!r} ran {value:.0f}s",
+    "max_cycle_iterations": "loop {loop} reached iteration {value}",
+    "max_cycle_runtime": "loop {loop} ran {value:.0f}s",
+    "max_cycle_cost_usd": "loop {loop} cost {value:.4g} USD",
+}
 
 
 def _judgeable(before: tuple[int, int], now: tuple[int, int]) -> bool:

@@ -111,23 +111,29 @@ def test_turn_budget_fires_at_the_seventh_turn_once() -> None:
     assert finding.attributes["otelloop.loop_iteration"] == 6
 
 
-@pytest.mark.parametrize(("cfg", "steps", "fires_at", "budget"), [
+@pytest.mark.parametrize(("cfg", "steps", "fires_at", "budget", "detail"), [
     pytest.param({"max_turns_per_node": None}, turns(*["planner", "coder"] * 10), 18, "max_cycle_iterations",
-                 id="ninth-iteration"),
+                 "loop coder,planner reached iteration 9, over max_cycle_iterations=8", id="ninth-iteration"),
     pytest.param({"max_cycle_iterations": 3, "max_turns_per_node": None}, turns(*["a", "b"] * 5), 8,
-                 "max_cycle_iterations", id="configured-iterations"),
+                 "max_cycle_iterations", "loop a,b reached iteration 4, over max_cycle_iterations=3",
+                 id="configured-iterations"),
     pytest.param({}, [make_step("planner", kind="system", end_ns=make_step().start_ns + 11 * MINUTE_NS)], 0,
-                 "turn_timeout", id="eleven-minute-turn"),
+                 "turn_timeout", "a turn of node 'planner' lasted 660s, over turn_timeout=600",
+                 id="eleven-minute-turn"),
     pytest.param({"max_node_runtime": "1s"}, turns("a", "b", "a", "b", "a"), 4, "max_node_runtime",
-                 id="node-runtime"),
+                 "node 'a' ran 2s, over max_node_runtime=1", id="node-runtime"),
     pytest.param({"max_cycle_runtime": "2s"}, turns("a", "b", "a", "b", "a"), 4, "max_cycle_runtime",
-                 id="cycle-runtime"),
+                 "loop a,b ran 2s, over max_cycle_runtime=2", id="cycle-runtime"),
+    pytest.param({}, turns(*["planner", "coder"] * 7), 12, "max_turns_per_node",
+                 "node 'planner' took 7 turns, over max_turns_per_node=6", id="seventh-turn"),
 ])
-def test_budgets(cfg: dict[str, Any], steps: list[Step], fires_at: int, budget: str) -> None:
+def test_budgets(cfg: dict[str, Any], steps: list[Step], fires_at: int, budget: str, detail: str) -> None:
+    """Each budget fires once, where it is exceeded, and its message says what exceeded it."""
     run = SeedRun("stall", detectors={"stall": cfg})
     contexts = run.run(steps)
     fired = [(i, f.attributes["otelloop.budget"]) for i, ctx in enumerate(contexts) for f in ctx.findings]
     assert fired == [(fires_at, budget)]
+    assert contexts[fires_at].findings[0].message.endswith(f"budget_exceeded: {detail}")
 
 
 def test_ten_minute_turn_is_within_budget() -> None:
@@ -140,10 +146,12 @@ def test_cycle_cost_counts_the_work_done_during_its_turns() -> None:
     for i, node in enumerate(["planner", "coder", "planner", "coder"]):
         steps.append(make_step(node, kind="system", i=2 * i))
         steps.append(make_step("gpt", kind="llm", i=2 * i + 1, cost_usd=0.4))
-    results = run_halts(steps, max_cycle_cost_usd=1.0)
+    run = SeedRun("stall", detectors={"stall": {"max_cycle_cost_usd": 1.0}})
+    contexts = run.run(steps)
     # budgets are judged at turns: the cycle exists from the third turn (0.8 USD spent by then);
     # at the fourth its nodes have spent 1.2
-    assert [i for i, r in enumerate(results) if r] == [6]
+    assert [i for i, ctx in enumerate(contexts) if halts(ctx)] == [6]
+    assert contexts[6].findings[0].message.endswith("loop coder,planner cost 1.2 USD, over max_cycle_cost_usd=1")
 
 
 def test_disabled_budgets_do_not_fire() -> None:
