@@ -255,14 +255,13 @@ def embedding_unavailable_message(missing: Sequence[str]) -> str:
             f"(missing: {', '.join(missing)})")
 
 
-#: Words that negate what follows, as whole words in any letter case; besides, contractions with "n't"
-#: ("don't", "isn’t").
-NEGATION_WORDS = frozenset(("not", "no", "never", "none", "nor", "neither", "without", "cannot"))
-#: The definition: one case-insensitive pattern (what :func:`is_negated` runs on a text with a dotted
-#: capital or dotless small i, whose lowercase is not plain "i" though the pattern matches it as one).
+#: What negates: the words not, no, never, none, nor, neither, without and cannot, whole and in any letter
+#: case, and contractions with "n't" ("don't", "isn’t"). This one case-insensitive pattern is the
+#: definition; :func:`is_negated` runs it on a text with a dotted capital or dotless small i, whose
+#: lowercase is not plain "i" though the pattern matches it as one.
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
 _OTHER_I = ("\u0130", "\u0131")
-#: In a lowercased text: :data:`NEGATION_WORDS` (factored by their first letters), and the contractions.
+#: In a lowercased text: the words (factored by their first letters), and the contractions.
 _WORDS = re.compile(r"\b(?:n(?:o(?:t|ne|r)?|e(?:ver|ither))|without|cannot)\b")
 _CONTRACTION = re.compile(r"\wn['’]t\b")
 
@@ -274,9 +273,9 @@ def is_negated(text: str) -> bool:
     Lowercasing maps every other character to one character of the same kind (word or not), so the words
     and the contractions can be looked for apart in a lowercased copy, each only where a substring every
     match holds is there ("no", "ne" or "thout"; "n't"). Most descriptors hold none, and the single
-    pattern backtracks over every word for its ``\\w+n't``: about 7 µs for a 100-character descriptor,
-    against 1 to 3. Memoised: a looping session asks about the same few descriptors again and again
-    (at most 4096 descriptors of a few hundred bytes are kept).
+    pattern backtracks over every word for its ``\\w+n't``: about 9 µs for a descriptor of the realistic
+    benchmark workload (100 characters on average), against 3. Memoised: a looping session asks about
+    the same few descriptors again and again (at most 4096 descriptors of a few hundred bytes are kept).
     """
     if _OTHER_I[0] in text or _OTHER_I[1] in text:
         return _NEGATION.search(text) is not None
