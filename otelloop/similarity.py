@@ -260,7 +260,6 @@ def embedding_unavailable_message(missing: Sequence[str]) -> str:
 #: definition; :func:`is_negated` runs it on a text with a dotted capital or dotless small i, whose
 #: lowercase is not plain "i" though the pattern matches it as one.
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot|\w+n['’]t)\b", re.IGNORECASE)
-_OTHER_I = ("\u0130", "\u0131")
 #: In a lowercased text: the words (factored by their first letters), and the contractions.
 _WORDS = re.compile(r"\b(?:n(?:o(?:t|ne|r)?|e(?:ver|ither))|without|cannot)\b")
 _CONTRACTION = re.compile(r"\wn['’]t\b")
@@ -277,7 +276,7 @@ def is_negated(text: str) -> bool:
     benchmark workload (100 characters on average), against 3. Memoised: a looping session asks about
     the same few descriptors again and again (at most 4096 descriptors of a few hundred bytes are kept).
     """
-    if _OTHER_I[0] in text or _OTHER_I[1] in text:
+    if "\u0130" in text or "\u0131" in text:  # the dotted capital I, the dotless small i
         return _NEGATION.search(text) is not None
     lowered = text.lower()
     if ("no" in lowered or "ne" in lowered or "thout" in lowered) and _WORDS.search(lowered) is not None:
